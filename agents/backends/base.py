@@ -1,0 +1,98 @@
+"""The one interface every policy backend implements, and the backend registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How a backend samples. ``n`` completions are drawn for every prompt."""
+
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.n < 1:
+            raise ValueError(f"sampling.n must be >= 1, got {self.n}")
+
+
+@dataclass
+class Generation:
+    """One sampled completion of one prompt."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]  # generated tokens, EOS included when it was produced, no padding
+    logprobs: list[float]  # logprob of each response token under the sampling distribution
+    text: str  # decoded response, special tokens skipped
+    finish_reason: Literal["stop", "length"]
+
+
+@runtime_checkable
+class PolicyBackend(Protocol):
+    """Batched generation for one base model, optionally with several adapters."""
+
+    tokenizer: Any
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        adapters: Sequence[str | None] | None = None,
+        seed: int | None = None,
+    ) -> list[list[Generation]]:
+        """Generate ``sampling.n`` completions for every prompt in ONE batched call.
+
+        ``adapters`` names, per prompt, the adapter to use (``None`` = the base model).
+        Returns one list of ``n`` generations per prompt, in prompt order.
+        """
+        ...
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Replace the base model's weights (after a learner update)."""
+        ...
+
+    def add_adapter(self, name: str, state_dict: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Add (or overwrite) an adapter under ``name``."""
+        ...
+
+    def remove_adapter(self, name: str) -> None:
+        """Drop an adapter."""
+        ...
+
+
+BACKENDS: dict[str, Callable[..., PolicyBackend]] = {}
+
+
+def register_backend(
+    name: str,
+) -> Callable[[Callable[..., PolicyBackend]], Callable[..., PolicyBackend]]:
+    """Register a backend factory under ``name``; duplicate names are refused."""
+
+    def decorator(factory: Callable[..., PolicyBackend]) -> Callable[..., PolicyBackend]:
+        if name in BACKENDS:
+            raise ValueError(f"backend {name!r} is already registered")
+        BACKENDS[name] = factory
+        return factory
+
+    return decorator
+
+
+def make_backend(name: str, **kwargs: Any) -> PolicyBackend:
+    """Build the backend registered as ``name``."""
+    if name not in BACKENDS:
+        known = ", ".join(sorted(BACKENDS)) or "none"
+        raise KeyError(f"backend: unknown backend {name!r}; known backends: {known}")
+    return BACKENDS[name](**kwargs)

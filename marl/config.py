@@ -1,0 +1,187 @@
+"""Typed configuration: one dataclass per Hydra config group, validated at the boundary.
+
+Hydra composes YAML from ``configs/``; :func:`load_config` merges it into these schemas (so a
+mistyped key is an error, not a silent default), builds the dataclasses (so ``__post_init__``
+checks run), and raises :class:`ConfigError` naming the offending key. Each field is documented
+once, here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """An impossible or mistyped configuration; the message names the key."""
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(choices)}")
+
+
+def _positive(key: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{key}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+@dataclass
+class ScenarioConfig:
+    """Which scenario to play. ``name``: a registered name (``signal``, ``relay-v0``) or a path
+    to a YAML file. ``overrides``: deep-merged into the scenario YAML (``episode: {rounds: 6}``)."""
+
+    name: str = "signal"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelConfig:
+    """The policy's base model. ``kind``: ``tiny`` (built in-process, for tests), ``embedded``
+    (SmolLM2-135M-Instruct, fetched once by ``marl fetch-model``) or ``hf`` (a local HF
+    directory at ``path``). ``dtype``: float32 or bfloat16. The ``tiny_*`` sizes only matter for
+    ``tiny``; ``seed`` fixes the tiny model's initial weights."""
+
+    kind: str = "tiny"
+    path: str | None = None
+    dtype: str = "float32"
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 128
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _choice("model.kind", self.kind, ("tiny", "embedded", "hf"))
+        _choice("model.dtype", self.dtype, ("float32", "bfloat16"))
+        if self.kind == "hf" and not self.path:
+            raise ConfigError("model.path: required when model.kind is 'hf'")
+
+
+@dataclass
+class SamplingSettings:
+    """How completions are sampled during rollouts."""
+
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        _positive("sampling.max_new_tokens", self.max_new_tokens)
+        _positive("sampling.temperature", self.temperature, allow_zero=True)
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"sampling.top_p: must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class AlgoConfig:
+    """The policy-gradient update.
+
+    advantage:   group-relative estimator: ``grpo`` ((r - mean) / std, Shao et al. 2024),
+                 ``dr_grpo`` (r - mean, Liu et al. 2025) or ``rloo`` (leave-one-out).
+    level:       importance ratio per ``token`` (GRPO/PPO) or per ``sequence`` (GSPO, Zheng et
+                 al. 2025).
+    aggregation: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO).
+    clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high].
+    beta:        weight of the k3 KL to the frozen initial policy (0 = no reference model).
+    lr, weight_decay, max_grad_norm: AdamW and gradient clipping.
+    epochs:      passes over each iteration's turns; minibatch_size: turns per gradient step.
+    """
+
+    name: str = "grpo"
+    advantage: str = "grpo"
+    level: str = "token"
+    aggregation: str = "seq_mean"
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    beta: float = 0.0
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    epochs: int = 1
+    minibatch_size: int = 16
+
+    def __post_init__(self) -> None:
+        _choice("algo.advantage", self.advantage, ("grpo", "dr_grpo", "rloo"))
+        _choice("algo.level", self.level, ("token", "sequence"))
+        _choice("algo.aggregation", self.aggregation, ("seq_mean", "token_mean", "constant"))
+        _positive("algo.clip_eps", self.clip_eps)
+        _positive("algo.beta", self.beta, allow_zero=True)
+        _positive("algo.lr", self.lr)
+        _positive("algo.max_grad_norm", self.max_grad_norm)
+        _positive("algo.epochs", self.epochs)
+        _positive("algo.minibatch_size", self.minibatch_size)
+
+
+@dataclass
+class TrainSettings:
+    """The training loop. Each step plays ``seeds_per_step`` scenario seeds x ``group_size``
+    episodes (the GRPO group); ``checkpoint_every`` steps (0 = only at the end) a checkpoint is
+    written under ``<run dir>/checkpoints``."""
+
+    steps: int = 20
+    seeds_per_step: int = 2
+    group_size: int = 4
+    checkpoint_every: int = 0
+
+    def __post_init__(self) -> None:
+        _positive("train.steps", self.steps, allow_zero=True)
+        _positive("train.seeds_per_step", self.seeds_per_step)
+        _positive("train.group_size", self.group_size)
+        _positive("train.checkpoint_every", self.checkpoint_every, allow_zero=True)
+
+
+@dataclass
+class LoggingConfig:
+    """What goes to TensorBoard and the terminal. ``transcripts_every``: log a sample episode
+    transcript every this many steps (0 = never); ``progress``: show a progress bar."""
+
+    tensorboard: bool = True
+    transcripts_every: int = 5
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    """Everything ``marl play`` and ``marl train`` read.
+
+    agents:  ``llm`` (the model plays) or ``scripted`` (the ``bot`` plays every agent).
+    bot:     scripted bot name (``random`` fits every scenario; ``rule`` where one exists).
+    backend: policy backend for generation (``hf``).
+    seed:    seeds every random generator; the same seed gives the same run on CPU.
+    resume:  path of a checkpoint directory to continue from.
+    """
+
+    scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    agents: str = "llm"
+    bot: str = "rule"
+    backend: str = "hf"
+    seed: int = 0
+    resume: str | None = None
+
+    def __post_init__(self) -> None:
+        _choice("agents", self.agents, ("llm", "scripted"))
+
+
+def load_config(cfg: DictConfig | dict) -> Config:
+    """Merge a composed Hydra config into the schema and validate it; raises ConfigError."""
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = {k: v for k, v in dict(cfg).items() if k != "hydra"}
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"{key}: {reason}" if key else reason) from None

@@ -1,0 +1,24 @@
+"""Messages, communication graphs, the message markup, routing rules, budgets and channel noise.
+
+This package imports nothing from the rest of ``marl``: it is plain data and networkx.
+"""
+
+from marl.protocols.graphs import TOPOLOGIES, GraphSpec, build_graph, register_topology
+from marl.protocols.markup import ParsedCompletion, markup_instructions, parse_completion
+from marl.protocols.messages import Message, Violation
+from marl.protocols.router import ChannelNoise, MessageBudget, Router
+
+__all__ = [
+    "TOPOLOGIES",
+    "ChannelNoise",
+    "GraphSpec",
+    "Message",
+    "MessageBudget",
+    "ParsedCompletion",
+    "Router",
+    "Violation",
+    "build_graph",
+    "markup_instructions",
+    "parse_completion",
+    "register_topology",
+]

@@ -1,0 +1,115 @@
+"""The markup an agent writes to talk and act, and its parser.
+
+An agent's completion is free text. Two kinds of line carry meaning::
+
+    SAY: the target is the red circle          -> to every out-neighbour
+    SAY @bob @carol: meet at the bridge        -> only to bob and carol
+    ACTION: 3                                  -> the environment action
+
+Keywords are case-insensitive and may be decorated the way chat models like to (``**SAY:**``,
+``- ACTION:``). Everything else is the agent's private reasoning and is ignored. When there are
+several ACTION lines the last one counts. The parser never raises: whatever an LLM writes, the
+result is a :class:`ParsedCompletion`, and problems are listed in ``errors``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+MAX_COMPLETION_CHARS = 20_000  # longer completions are cut before parsing (hostile input)
+
+_DECOR = r"[\s\-\*\#>`_]*"
+_SAY = re.compile(
+    rf"^{_DECOR}SAY{_DECOR}(?P<to>(?:@[^\s:@]+[\s,]*)*){_DECOR}:{_DECOR}(?P<text>.*)$",
+    re.IGNORECASE,
+)
+_ACTION = re.compile(rf"^{_DECOR}ACTION{_DECOR}:{_DECOR}(?P<text>.*)$", re.IGNORECASE)
+_NAME = re.compile(r"@([^\s:@,]+)")
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """A message as the agent wrote it; ``to`` is None for "all my out-neighbours"."""
+
+    to: tuple[str, ...] | None
+    text: str
+
+
+@dataclass
+class ParsedCompletion:
+    """What a completion says: the messages to send, the action, and any problems."""
+
+    messages: list[OutgoingMessage] = field(default_factory=list)
+    action: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the completion parsed without problems."""
+        return not self.errors
+
+
+def sanitize(text: str) -> str:
+    """Drop control and format characters (keeping newlines and tabs) and strip the ends."""
+    kept = []
+    for ch in text:
+        if ch in "\n\t":
+            kept.append(ch)
+        elif unicodedata.category(ch)[0] != "C":
+            kept.append(ch)
+    return "".join(kept).strip()
+
+
+def _clean_value(text: str) -> str:
+    return text.strip().strip("*`_").strip()
+
+
+def parse_completion(completion: object, *, require_action: bool = True) -> ParsedCompletion:
+    """Parse an agent's completion. Never raises, whatever ``completion`` is."""
+    result = ParsedCompletion()
+    if not isinstance(completion, str):
+        result.errors.append(f"completion is not text (got {type(completion).__name__})")
+        return result
+    if len(completion) > MAX_COMPLETION_CHARS:
+        result.errors.append(f"completion longer than {MAX_COMPLETION_CHARS} characters was cut")
+        completion = completion[:MAX_COMPLETION_CHARS]
+    for raw_line in completion.splitlines():
+        line = sanitize(raw_line)
+        if not line:
+            continue
+        action = _ACTION.match(line)
+        if action:
+            result.action = sanitize(_clean_value(action.group("text")))
+            continue
+        say = _SAY.match(line)
+        if say:
+            names = tuple(dict.fromkeys(_NAME.findall(say.group("to") or "")))
+            text = sanitize(_clean_value(say.group("text")))
+            if not text:
+                result.errors.append("empty SAY line ignored")
+                continue
+            result.messages.append(OutgoingMessage(to=names or None, text=text))
+    if require_action and not result.action:
+        result.errors.append("no ACTION line")
+    return result
+
+
+def markup_instructions(neighbours: list[str], needs_action: bool = True) -> str:
+    """The paragraph of the system prompt that teaches an agent the markup."""
+    if neighbours:
+        who = ", ".join(neighbours)
+        talk = (
+            f"You can send messages to: {who}.\n"
+            "To message all of them write a line `SAY: <message>`; to message only some, write "
+            "`SAY @name @name: <message>`."
+        )
+    else:
+        talk = "Nobody can receive messages from you."
+    act = (
+        "When the observation asks for an action, also write one line `ACTION: <your action>`."
+        if needs_action
+        else ""
+    )
+    return (talk + "\n" + act).strip()

@@ -1,0 +1,147 @@
+"""Routing: deliver messages only along graph edges, within budget, through a noisy channel."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+import networkx as nx
+
+from marl.protocols.markup import OutgoingMessage
+from marl.protocols.messages import Message, Violation
+
+TRUNCATION_MARK = "..."
+
+
+@dataclass(frozen=True)
+class MessageBudget:
+    """Per-message and per-round limits. A message over ``max_chars`` is truncated; messages
+    beyond ``max_per_round`` in one round are dropped."""
+
+    max_chars: int = 200
+    max_per_round: int = 2
+
+
+@dataclass(frozen=True)
+class ChannelNoise:
+    """Channel noise: each delivery is dropped with probability ``drop``, and each character of a
+    delivered message is replaced by a random letter with probability ``corrupt``."""
+
+    drop: float = 0.0
+    corrupt: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        """True when the channel alters anything."""
+        return self.drop > 0 or self.corrupt > 0
+
+
+class Router:
+    """Turns what an agent wrote into delivered messages and violations.
+
+    The router is stateless apart from its running counters (``counts``), which the environment
+    snapshots together with everything else.
+    """
+
+    def __init__(self, budget: MessageBudget, noise: ChannelNoise | None = None) -> None:
+        self.budget = budget
+        self.noise = noise or ChannelNoise()
+        self.counts: Counter[str] = Counter()  # "sent", "delivered", violation kinds, "noise_*"
+        self.edge_counts: Counter[tuple[str, str]] = Counter()
+
+    def route(
+        self,
+        graph: nx.DiGraph,
+        sender: str,
+        outgoing: list[OutgoingMessage],
+        round: int,
+        rng: random.Random,
+    ) -> tuple[list[Message], list[Violation]]:
+        """Deliver ``sender``'s messages for ``round`` along ``graph``."""
+        delivered: list[Message] = []
+        violations: list[Violation] = []
+        neighbours = sorted(graph.successors(sender)) if sender in graph else []
+        for index, out in enumerate(outgoing):
+            self.counts["sent"] += 1
+            if index >= self.budget.max_per_round:
+                violations.append(
+                    Violation(
+                        sender,
+                        round,
+                        "too_many",
+                        f"Only {self.budget.max_per_round} messages per round are allowed; "
+                        f"your message {out.text[:30]!r} was dropped.",
+                    )
+                )
+                continue
+            text = out.text
+            if len(text) > self.budget.max_chars:
+                keep = max(self.budget.max_chars - len(TRUNCATION_MARK), 0)
+                text = text[:keep] + TRUNCATION_MARK
+                violations.append(
+                    Violation(
+                        sender,
+                        round,
+                        "over_budget",
+                        f"Your message was {len(out.text)} characters; the limit is "
+                        f"{self.budget.max_chars}, so it was truncated.",
+                    )
+                )
+            if out.to is None:
+                receivers = neighbours
+            else:
+                receivers = []
+                for name in out.to:
+                    if name in neighbours:
+                        receivers.append(name)
+                    elif name in graph:
+                        violations.append(
+                            Violation(
+                                sender,
+                                round,
+                                "not_neighbour",
+                                f"{name} is not one of your neighbours "
+                                f"({', '.join(neighbours) or 'none'}); the message to {name} "
+                                "was dropped.",
+                            )
+                        )
+                    else:
+                        violations.append(
+                            Violation(
+                                sender,
+                                round,
+                                "unknown_agent",
+                                f"There is no agent called {name!r}; the message to it was "
+                                "dropped.",
+                            )
+                        )
+            receivers = [r for r in receivers if self._survives(rng)]
+            if not receivers:
+                continue
+            text = self._corrupt(text, rng)
+            delivered.append(Message(sender, tuple(receivers), round, text))
+            for receiver in receivers:
+                self.counts["delivered"] += 1
+                self.edge_counts[(sender, receiver)] += 1
+        for violation in violations:
+            self.counts[violation.kind] += 1
+        return delivered, violations
+
+    def _survives(self, rng: random.Random) -> bool:
+        if self.noise.drop <= 0:
+            return True
+        if rng.random() < self.noise.drop:
+            self.counts["noise_dropped"] += 1
+            return False
+        return True
+
+    def _corrupt(self, text: str, rng: random.Random) -> str:
+        if self.noise.corrupt <= 0:
+            return text
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        chars = [rng.choice(letters) if rng.random() < self.noise.corrupt else c for c in text]
+        out = "".join(chars)
+        if out != text:
+            self.counts["noise_corrupted"] += 1
+        return out

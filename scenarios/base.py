@@ -1,0 +1,367 @@
+"""The text scenario base class: a ``pettingzoo.ParallelEnv`` whose agents talk over a graph.
+
+An agent's observation is its private information, its inbox and the public state, rendered as
+text; its action is its completion text, which the markup parser splits into messages (routed
+along the communication graph) and an environment action (handed to the scenario's rules).
+
+The environment can snapshot and restore its whole state, random generators included, so a
+counterfactual branch replays exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+from pettingzoo import ParallelEnv
+
+from marl.protocols.graphs import build_graph
+from marl.protocols.markup import markup_instructions, parse_completion
+from marl.protocols.messages import Message, Violation
+from marl.protocols.router import Router
+from marl.scenarios.rules import RULES, RoundResult, Rules
+from marl.scenarios.spaces import AnyText
+from marl.scenarios.spec import ScenarioSpec
+
+MAX_OBSERVATION_CHARS = 100_000
+MAX_ACTION_CHARS = 20_000
+
+
+@dataclass
+class TurnLog:
+    """What one agent wrote in one round and what became of it (for transcripts and logs)."""
+
+    round: int
+    agent: str
+    completion: str
+    action: str | None
+    delivered: list[Message]
+    violations: list[Violation]
+    parse_errors: list[str]
+    invalid_action: str | None = None
+
+
+@dataclass
+class EpisodeState:
+    """Everything that changes during an episode; deep-copied by ``snapshot``."""
+
+    seed: int = 0
+    round: int = 0
+    agents: list[str] = field(default_factory=list)
+    rules: Rules | None = None
+    channel_rng: random.Random = field(default_factory=random.Random)
+    router: Router | None = None
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    inbox: dict[str, list[Message]] = field(default_factory=dict)
+    outbox: dict[str, list[Message]] = field(default_factory=dict)
+    notices: dict[str, list[str]] = field(default_factory=dict)
+    returns: dict[str, float] = field(default_factory=dict)
+    malformed: dict[str, int] = field(default_factory=dict)
+    public_events: list[str] = field(default_factory=list)
+    log: list[TurnLog] = field(default_factory=list)
+    done: bool = False
+
+
+class TextScenarioEnv(ParallelEnv):
+    """A scenario built from a validated :class:`ScenarioSpec` and its registered rules."""
+
+    metadata = {"render_modes": ["ansi"], "is_parallelizable": True}
+
+    def __init__(self, spec: ScenarioSpec, render_mode: str | None = None) -> None:
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.spec = spec
+        self.render_mode = render_mode
+        self.metadata = {**self.metadata, "name": spec.name}
+        self.possible_agents = list(spec.agents)
+        self.agents: list[str] = []
+        self.rules_cls = RULES[spec.rules]
+        self._state = EpisodeState()
+        self._next_seed = random.Random().randrange(2**31)
+
+    # --- spaces ------------------------------------------------------------------------------
+    @functools.cache  # noqa: B019 - PettingZoo requires the same object back
+    def observation_space(self, agent: str) -> AnyText:
+        """Observations are text of any characters."""
+        return AnyText(MAX_OBSERVATION_CHARS)
+
+    @functools.cache  # noqa: B019
+    def action_space(self, agent: str) -> AnyText:
+        """Actions are completion text of any characters."""
+        return AnyText(MAX_ACTION_CHARS)
+
+    # --- properties --------------------------------------------------------------------------
+    @property
+    def round(self) -> int:
+        """The round about to be played (0-based)."""
+        return self._state.round
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The communication graph in force this round."""
+        return self._state.graph
+
+    @property
+    def rules(self) -> Rules:
+        """The rules object of the current episode."""
+        assert self._state.rules is not None, "call reset() first"
+        return self._state.rules
+
+    @property
+    def router(self) -> Router:
+        """The router of the current episode, with its running counters."""
+        assert self._state.router is not None, "call reset() first"
+        return self._state.router
+
+    @property
+    def episode_seed(self) -> int:
+        """The seed the current episode was reset with."""
+        return self._state.seed
+
+    @property
+    def log(self) -> list[TurnLog]:
+        """Every turn of the episode so far."""
+        return self._state.log
+
+    @property
+    def returns(self) -> dict[str, float]:
+        """Each agent's summed reward so far."""
+        return dict(self._state.returns)
+
+    @property
+    def malformed(self) -> dict[str, int]:
+        """How many malformed completions (or invalid actions) each agent produced."""
+        return dict(self._state.malformed)
+
+    # --- PettingZoo API ----------------------------------------------------------------------
+    def reset(
+        self, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, str], dict[str, dict]]:
+        """Start an episode. Without a seed, a fresh one is drawn from the previous episode's."""
+        if seed is None:
+            seed = self._next_seed
+        seed = int(seed)
+        self._next_seed = random.Random(f"{seed}:next").randrange(2**31)
+        rules = self.rules_cls(
+            self.possible_agents, self.spec.params, random.Random(f"{seed}:rules")
+        )
+        rules.reset()
+        self._state = EpisodeState(
+            seed=seed,
+            agents=list(self.possible_agents),
+            rules=rules,
+            channel_rng=random.Random(f"{seed}:channel"),
+            router=Router(self.spec.budget, self.spec.noise),
+            graph=build_graph(self.possible_agents, self.spec.graph, seed, 0),
+            inbox={a: [] for a in self.possible_agents},
+            outbox={a: [] for a in self.possible_agents},
+            notices={a: [] for a in self.possible_agents},
+            returns=dict.fromkeys(self.possible_agents, 0.0),
+            malformed=dict.fromkeys(self.possible_agents, 0),
+        )
+        self.agents = list(self.possible_agents)
+        return self._observations(), self._infos()
+
+    def step(
+        self, actions: dict[str, Any]
+    ) -> tuple[dict[str, str], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]]:
+        """Play one round: route every agent's messages, then apply their actions."""
+        state = self._state
+        if state.done or not self.agents:
+            raise RuntimeError("step() called on a finished episode; call reset() first")
+        rnd = state.round
+        parsed = {}
+        turn_logs: dict[str, TurnLog] = {}
+        new_notices: dict[str, list[str]] = {a: [] for a in self.possible_agents}
+        deliveries: list[Message] = []
+        for agent in self.agents:  # fixed agent order keeps the channel RNG deterministic
+            completion = actions.get(agent, "")
+            needs = self.rules.needs_action(agent, rnd)
+            result = parse_completion(completion, require_action=needs)
+            parsed[agent] = result
+            delivered, violations = self.router.route(
+                state.graph, agent, result.messages, rnd, state.channel_rng
+            )
+            deliveries += delivered
+            new_notices[agent] += [v.notice() for v in violations]
+            if result.errors:
+                new_notices[agent].append(
+                    f"[round {rnd}] Your reply was malformed: {'; '.join(result.errors)}."
+                )
+            turn_logs[agent] = TurnLog(
+                rnd,
+                agent,
+                completion if isinstance(completion, str) else repr(completion),
+                result.action,
+                delivered,
+                violations,
+                list(result.errors),
+            )
+        for message in deliveries:
+            state.outbox[message.sender].append(message)
+            for receiver in message.receivers:
+                state.inbox[receiver].append(message)
+
+        act = {
+            a: (parsed[a].action if self.rules.needs_action(a, rnd) else None) for a in self.agents
+        }
+        last_round = rnd + 1 >= self.spec.rounds
+        outcome = self.rules.step(act, rnd, last_round)
+        for agent, reason in outcome.invalid.items():
+            if agent in turn_logs:
+                turn_logs[agent].invalid_action = reason
+                new_notices[agent].append(f"[round {rnd}] Your action was not valid: {reason}")
+        rewards = self._mix_rewards(outcome)
+        for agent in self.agents:
+            bad = bool(parsed[agent].errors) or agent in outcome.invalid
+            if bad:
+                state.malformed[agent] += 1
+                rewards[agent] += self.spec.malformed_penalty
+            state.returns[agent] += rewards[agent]
+            state.notices[agent] += new_notices[agent]
+        state.public_events += outcome.public_events
+        state.log += [turn_logs[a] for a in self.agents]
+
+        state.round += 1
+        state.done = outcome.done or state.round >= self.spec.rounds
+        if not state.done:
+            state.graph = build_graph(
+                self.possible_agents, self.spec.graph, state.seed, state.round
+            )
+        observations = self._observations()
+        infos = self._infos()
+        live = list(self.agents)
+        terminations = dict.fromkeys(live, state.done)
+        truncations = dict.fromkeys(live, False)
+        if state.done:
+            self.agents = []
+        return observations, {a: rewards[a] for a in live}, terminations, truncations, infos
+
+    def render(self) -> str | None:
+        """The transcript of the episode so far (``render_mode='ansi'``)."""
+        if self.render_mode != "ansi":
+            return None
+        from marl.scenarios.transcript import render_transcript
+
+        return render_transcript(self)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def state(self) -> str:
+        """The public state as text (the global view PettingZoo's ``state()`` asks for)."""
+        return self.rules.public_state()
+
+    # --- snapshots ---------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """A deep copy of the whole episode state, random generators included."""
+        return {
+            "state": copy.deepcopy(self._state),
+            "agents": list(self.agents),
+            "next_seed": self._next_seed,
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Return to a snapshot; the snapshot stays reusable."""
+        self._state = copy.deepcopy(snapshot["state"])
+        self.agents = list(snapshot["agents"])
+        self._next_seed = snapshot["next_seed"]
+
+    # --- prompts and observations ------------------------------------------------------------
+    def neighbours(self, agent: str) -> list[str]:
+        """The agents ``agent`` can message this round."""
+        graph = self._state.graph
+        return sorted(graph.successors(agent)) if agent in graph else []
+
+    def system_prompt(self, agent: str) -> str:
+        """The system prompt an LLM agent is given: scenario text, role, markup."""
+        parts = [self.spec.system_prompt.strip()]
+        role = self.spec.roles.get(agent, "")
+        if role:
+            parts.append(f"Your role ({agent}): {role.strip()}")
+        parts.append(markup_instructions(self.neighbours(agent)) if self._state.rules else "")
+        return "\n\n".join(p for p in parts if p)
+
+    def _observation(self, agent: str) -> str:
+        state = self._state
+        rules = self.rules
+        lines = [f"You are {agent}."]
+        if state.done:
+            lines.append(f"The episode is over. Your total reward: {state.returns[agent]:.2f}.")
+        else:
+            lines.append(f"Round {state.round + 1} of {self.spec.rounds}.")
+        private = rules.private_info(agent)
+        if private:
+            lines.append(f"Private information: {private}")
+        public = rules.public_state()
+        if public:
+            lines.append(f"Public state: {public}")
+        if state.public_events:
+            lines.append("Events:")
+            lines += [f"  {event}" for event in state.public_events[-10:]]
+        if state.inbox[agent]:
+            lines.append("Messages you received:")
+            lines += [
+                f"  [round {m.round + 1}] {m.sender}: {m.text}" for m in state.inbox[agent][-20:]
+            ]
+        if state.outbox[agent]:
+            lines.append("Messages you sent:")
+            lines += [
+                f"  [round {m.round + 1}] to {', '.join(m.receivers)}: {m.text}"
+                for m in state.outbox[agent][-10:]
+            ]
+        if state.notices[agent]:
+            lines.append("Notices:")
+            lines += [f"  {n}" for n in state.notices[agent][-5:]]
+        if not state.done:
+            neighbours = self.neighbours(agent)
+            lines.append(f"You can message: {', '.join(neighbours) if neighbours else 'nobody'}.")
+            if rules.needs_action(agent, state.round):
+                lines.append(f"Action: {rules.action_help(agent)}")
+            else:
+                lines.append("No action is needed from you this round; write ACTION: wait.")
+        return "\n".join(lines)[:MAX_OBSERVATION_CHARS]
+
+    def _observations(self) -> dict[str, str]:
+        return {a: self._observation(a) for a in self.possible_agents if a in self._live()}
+
+    def _live(self) -> list[str]:
+        return self.agents if self.agents else self.possible_agents
+
+    def _infos(self) -> dict[str, dict]:
+        state = self._state
+        infos = {}
+        for agent in self._live():
+            infos[agent] = {
+                "round": state.round,
+                "needs_action": (not state.done) and self.rules.needs_action(agent, state.round),
+                "neighbours": self.neighbours(agent),
+                "malformed": state.malformed[agent],
+                **self.rules.agent_info(agent),
+            }
+        return infos
+
+    def _mix_rewards(self, outcome: RoundResult) -> dict[str, float]:
+        """Mix team and individual payoffs through the cooperation coefficient c.
+
+        r_i = c * team + (1 - c) * (x_i - mean_{j != i} x_j): c = 1 is fully cooperative,
+        c = 0 is zero-sum (the relative terms sum to zero over agents), between is mixed.
+        """
+        agents = self.agents
+        individual = {a: float(outcome.individual.get(a, 0.0)) for a in agents}
+        if outcome.team is not None:
+            team = float(outcome.team)
+        else:
+            team = sum(individual.values()) / max(len(agents), 1)
+        c = self.spec.cooperation
+        n = len(agents)
+        total = sum(individual.values())
+        mixed = {}
+        for agent in agents:
+            relative = individual[agent] - (total - individual[agent]) / (n - 1) if n > 1 else 0.0
+            mixed[agent] = c * team + (1 - c) * relative
+        return mixed

@@ -1,0 +1,1 @@
+"""Built-in scenarios: each a YAML file plus the Python rules it names."""

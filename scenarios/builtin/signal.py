@@ -1,0 +1,155 @@
+"""Rules of ``signal``: a cooperative referential game with a verifiable reward.
+
+The speaker sees a target object; the listener sees a numbered list of candidates and must pick
+the target using only the speaker's messages. Round 1: the speaker talks. Round 2: the listener
+answers ``ACTION: <number>``. Both get 1 for the right pick, 0 otherwise; with
+``partial_credit`` a wrong pick still earns the fraction of the target's attributes it shares.
+
+Version history:
+- v0: first version.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from marl.scenarios.bots import register_bot
+from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
+from marl.scenarios.spec import Problem
+
+COLOURS = ["red", "blue", "green", "yellow", "purple", "orange"]
+SHAPES = ["circle", "square", "triangle", "star", "heart", "cross"]
+
+
+@register_rules("signal")
+class SignalRules(Rules):
+    """A speaker describes a target; a listener picks it from candidates."""
+
+    info = ScenarioInfo(
+        turn_structure="sequential",
+        reward_model="cooperative",
+        min_agents=2,
+        max_agents=2,
+        default_topology="explicit",
+        default_rounds=2,
+    )
+
+    @dataclass(frozen=True)
+    class Params:
+        """n_candidates: how many objects the listener chooses among.
+        n_colours, n_shapes: size of the attribute vocabulary objects are drawn from.
+        partial_credit: reward shared attributes of a wrong pick (for weak models)."""
+
+        n_candidates: int = 4
+        n_colours: int = 4
+        n_shapes: int = 4
+        partial_credit: bool = False
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any], agents: Sequence[str]) -> list[Problem]:
+        """Candidates must fit the attribute vocabulary."""
+        p = cls.Params(**params)
+        problems = []
+        if not 1 <= p.n_colours <= len(COLOURS):
+            problems.append(Problem("n_colours", f"must be between 1 and {len(COLOURS)}"))
+        if not 1 <= p.n_shapes <= len(SHAPES):
+            problems.append(Problem("n_shapes", f"must be between 1 and {len(SHAPES)}"))
+        if not 2 <= p.n_candidates <= p.n_colours * p.n_shapes:
+            problems.append(
+                Problem(
+                    "n_candidates",
+                    f"must be between 2 and n_colours*n_shapes ({p.n_colours * p.n_shapes})",
+                )
+            )
+        return problems
+
+    def __init__(
+        self, agents: Sequence[str], params: Mapping[str, Any], rng: random.Random
+    ) -> None:
+        super().__init__(agents, params, rng)
+        self.speaker, self.listener = self.agents
+        self.candidates: list[tuple[str, str]] = []
+        self.target = 0
+        self.choice: int | None = None
+
+    def reset(self) -> None:
+        """Draw distinct candidates and a target among them."""
+        p = self.params
+        objects = [(c, s) for c in COLOURS[: p.n_colours] for s in SHAPES[: p.n_shapes]]
+        self.candidates = self.rng.sample(objects, p.n_candidates)
+        self.target = self.rng.randrange(p.n_candidates)
+        self.choice = None
+
+    def needs_action(self, agent: str, round: int) -> bool:
+        """Only the listener acts, in the last round."""
+        return agent == self.listener and round == 1
+
+    def private_info(self, agent: str) -> str:
+        """The speaker sees the target; the listener sees the numbered candidates."""
+        if agent == self.speaker:
+            colour, shape = self.candidates[self.target]
+            return f"The target is the {colour} {shape}. Tell {self.listener} which one it is."
+        listing = "; ".join(f"{i + 1}: {c} {s}" for i, (c, s) in enumerate(self.candidates))
+        return f"Candidates: {listing}. {self.speaker} knows which one is the target."
+
+    def action_help(self, agent: str) -> str:
+        """The listener answers with a candidate number."""
+        return f"the number of the target, 1 to {len(self.candidates)} (e.g. ACTION: 2)."
+
+    def agent_info(self, agent: str) -> dict[str, Any]:
+        """Structured facts for scripted bots."""
+        if agent == self.speaker:
+            return {"target": " ".join(self.candidates[self.target])}
+        return {
+            "candidates": [" ".join(c) for c in self.candidates],
+            "valid_actions": [str(i + 1) for i in range(len(self.candidates))],
+        }
+
+    def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
+        """Score the listener's pick at the end of round 2."""
+        if round == 0:
+            return RoundResult()
+        result = RoundResult(done=True)
+        raw = actions.get(self.listener)
+        match = re.search(r"\d+", raw or "")
+        pick = int(match.group()) - 1 if match else -1
+        if not 0 <= pick < len(self.candidates):
+            result.invalid[self.listener] = (
+                f"expected a number from 1 to {len(self.candidates)}, got {raw!r}"
+            )
+            result.team = 0.0
+            return result
+        self.choice = pick
+        chosen, target = self.candidates[pick], self.candidates[self.target]
+        if pick == self.target:
+            score = 1.0
+        elif self.params.partial_credit:
+            score = sum(a == b for a, b in zip(chosen, target)) / 2
+        else:
+            score = 0.0
+        result.team = score
+        result.public_events.append(
+            f"{self.listener} picked {' '.join(chosen)}; the target was {' '.join(target)}."
+        )
+        return result
+
+
+@register_bot("signal", "rule")
+def signal_rule_bot(agent: str, observation: str, info: dict[str, Any], rng: random.Random) -> str:
+    """The speaker names the target; the listener picks the candidate the message names."""
+    if "target" in info:
+        return f"SAY: {info['target']}\nACTION: wait"
+    candidates = info.get("candidates", [])
+    heard = (
+        observation.split("Messages you received:")[-1]
+        if "Messages you received:" in observation
+        else ""
+    )
+    for i, name in enumerate(candidates):
+        if name in heard:
+            return f"ACTION: {i + 1}"
+    return f"ACTION: {rng.randint(1, max(len(candidates), 1))}"

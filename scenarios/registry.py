@@ -1,0 +1,112 @@
+"""The scenario registry: ``make(name_or_path, **overrides)`` and ``list_scenarios()``.
+
+Built-in scenarios are the YAML files in ``scenarios/builtin/``; their Python rules live beside
+them and register themselves on import. ``register_scenario(path)`` adds a YAML file of your own
+under the ``name`` it declares. A name without a version suffix (``signal``) means the highest
+registered version (``signal-v1`` over ``signal-v0``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from marl.scenarios.base import TextScenarioEnv
+from marl.scenarios.spec import (
+    Problem,
+    ScenarioError,
+    ScenarioSpec,
+    deep_merge,
+    read_yaml,
+    spec_from_dict,
+)
+
+BUILTIN_DIR = Path(__file__).parent / "builtin"
+SCENARIOS: dict[str, Path] = {}
+_VERSION = re.compile(r"^(?P<base>.+)-v(?P<version>\d+)$")
+_loaded = False
+
+
+def _load_builtins() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import marl.scenarios.builtin as builtin
+
+    for module in pkgutil.iter_modules(builtin.__path__):
+        importlib.import_module(f"marl.scenarios.builtin.{module.name}")
+    for path in sorted(BUILTIN_DIR.glob("*.yaml")):
+        register_scenario(path)
+
+
+def register_scenario(path: str | Path) -> str:
+    """Register the YAML file at ``path`` under its declared name; returns the name."""
+    path = Path(path)
+    data = read_yaml(path)
+    name = data.get("name") if isinstance(data, Mapping) else None
+    if not isinstance(name, str):
+        raise ScenarioError([Problem("name", "required to register a scenario")], str(path))
+    if name in SCENARIOS and SCENARIOS[name].resolve() != path.resolve():
+        raise ValueError(f"scenario {name!r} is already registered from {SCENARIOS[name]}")
+    SCENARIOS[name] = path
+    return name
+
+
+def list_scenarios() -> list[str]:
+    """Names of every registered scenario, versions included."""
+    _load_builtins()
+    return sorted(SCENARIOS)
+
+
+def resolve_name(name: str) -> str:
+    """The registered name ``name`` refers to (latest version when no ``-vN`` is given)."""
+    _load_builtins()
+    if name in SCENARIOS:
+        return name
+    versions = []
+    for registered in SCENARIOS:
+        match = _VERSION.match(registered)
+        if match and match.group("base") == name:
+            versions.append((int(match.group("version")), registered))
+    if versions:
+        return max(versions)[1]
+    known = ", ".join(sorted(SCENARIOS)) or "none"
+    raise ScenarioError([Problem("scenario", f"unknown scenario {name!r}; known: {known}")])
+
+
+def load_document(name_or_path: str | Path) -> tuple[dict, str]:
+    """The raw YAML document of a scenario name or file path, and where it came from."""
+    _load_builtins()
+    text = str(name_or_path)
+    looks_like_path = text.endswith((".yaml", ".yml")) or "/" in text or Path(text).is_file()
+    path = Path(text) if looks_like_path else SCENARIOS[resolve_name(text)]
+    data = read_yaml(path)
+    if not isinstance(data, Mapping):
+        raise ScenarioError([Problem("", "a scenario must be a YAML mapping")], str(path))
+    return dict(data), str(path)
+
+
+def load_scenario_spec(
+    name_or_path: str | Path, overrides: Mapping[str, Any] | None = None
+) -> ScenarioSpec:
+    """Validated spec of a scenario, with ``overrides`` deep-merged into its YAML first."""
+    data, source = load_document(name_or_path)
+    if overrides:
+        data = deep_merge(data, overrides)
+    return spec_from_dict(data, source)
+
+
+def make(
+    name_or_path: str | Path, render_mode: str | None = None, **overrides: Any
+) -> TextScenarioEnv:
+    """Build a scenario environment, as ``gymnasium.make`` does.
+
+    ``overrides`` are deep-merged into the YAML document:
+    ``make("relay", graph={"topology": "line"}, episode={"rounds": 6})``.
+    """
+    return TextScenarioEnv(load_scenario_spec(name_or_path, overrides), render_mode=render_mode)

@@ -1,0 +1,113 @@
+"""Scenario rules: the Python half of a scenario, and the registry YAML files name them by.
+
+A rules class holds the game: what each agent privately knows, what the public state is, what
+an action does and what the episode pays. It never sees messages or graphs (the environment
+base class handles those) and never sees an LLM. Everything it keeps lives in ``self`` and is
+deep-copied by the environment's snapshot, so it must be plain data plus ``self.rng``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from marl.scenarios.spec import Problem
+
+RULES: dict[str, type[Rules]] = {}
+
+
+@dataclass(frozen=True)
+class ScenarioInfo:
+    """What a scenario is, declared as data (STYLE.md habit 2)."""
+
+    turn_structure: Literal["simultaneous", "sequential"] = "simultaneous"
+    reward_model: Literal["cooperative", "mixed", "competitive"] = "cooperative"
+    min_agents: int = 2
+    max_agents: int = 16
+    default_topology: str = "complete"
+    default_rounds: int = 1
+
+
+@dataclass
+class RoundResult:
+    """What the rules report after the actions of one round.
+
+    individual: each agent's own payoff this round (added to its episode payoff).
+    team:       the team payoff this round; ``None`` means the mean of ``individual``.
+    invalid:    agents whose action was not valid, with the reason (they get the penalty).
+    done:       the episode is over.
+    """
+
+    individual: dict[str, float] = field(default_factory=dict)
+    team: float | None = None
+    invalid: dict[str, str] = field(default_factory=dict)
+    done: bool = False
+    public_events: list[str] = field(default_factory=list)
+
+
+class Rules:
+    """Base class for a scenario's rules. Subclass, declare ``info`` and ``Params``, register."""
+
+    info: ClassVar[ScenarioInfo] = ScenarioInfo()
+
+    @dataclass(frozen=True)
+    class Params:
+        """Parameters a YAML file can set under ``params:``."""
+
+    def __init__(
+        self, agents: Sequence[str], params: Mapping[str, Any], rng: random.Random
+    ) -> None:
+        self.agents = list(agents)
+        self.params = self.Params(**params)
+        self.rng = rng
+
+    # --- validation --------------------------------------------------------------------------
+    @classmethod
+    def check_params(cls, params: dict[str, Any], agents: Sequence[str]) -> list[Problem]:
+        """Cross-field checks on ``params`` beyond their names; path relative to ``params``."""
+        return []
+
+    # --- the game ----------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Deal a fresh episode using ``self.rng``."""
+
+    def needs_action(self, agent: str, round: int) -> bool:
+        """Whether ``agent``'s ACTION line matters in ``round``."""
+        return True
+
+    def private_info(self, agent: str) -> str:
+        """What only ``agent`` knows, as text."""
+        return ""
+
+    def public_state(self) -> str:
+        """What everybody sees, as text."""
+        return ""
+
+    def action_help(self, agent: str) -> str:
+        """One sentence on what an ACTION line should hold for ``agent``."""
+        return "Write your action."
+
+    def agent_info(self, agent: str) -> dict[str, Any]:
+        """Structured facts for scripted bots and logs (plain JSON-like data)."""
+        return {}
+
+    def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
+        """Apply the round's actions (``None`` = no valid ACTION line)."""
+        raise NotImplementedError
+
+
+def register_rules(name: str) -> Callable[[type[Rules]], type[Rules]]:
+    """Register a rules class under ``name``; duplicate names are refused."""
+
+    def decorator(cls: type[Rules]) -> type[Rules]:
+        if name in RULES:
+            raise ValueError(f"rules {name!r} are already registered")
+        if not dataclasses.is_dataclass(cls.Params):
+            raise TypeError(f"rules {name!r}: Params must be a dataclass")
+        RULES[name] = cls
+        return cls
+
+    return decorator
