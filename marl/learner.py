@@ -84,6 +84,12 @@ class Learner:
         metrics: dict[str, float] = {
             "turns": float(len(turns)),
             "trained_turns": float(len(trainable)),
+            # a step with nothing to learn from (every group had equal returns) still logs these
+            "loss": 0.0,
+            "pg_loss": 0.0,
+            "kl": 0.0,
+            "clip_frac": 0.0,
+            "grad_norm": 0.0,
         }
         if not trainable:
             return metrics

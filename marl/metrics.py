@@ -27,6 +27,13 @@ def rollout_metrics(rollout: RolloutResult) -> dict[str, float]:
         out[f"agents/{agent}/parse_failure_rate"] = fmean(0.0 if t.parse_ok else 1.0 for t in turns)
     if rollout.turns:
         out["team/parse_failure_rate"] = fmean(0.0 if t.parse_ok else 1.0 for t in rollout.turns)
+    turns_by_policy = defaultdict(list)
+    for turn in rollout.turns:
+        turns_by_policy[turn.policy_id].append(turn)
+    for policy, turns in turns_by_policy.items():
+        logprobs = [lp for t in turns for lp in t.logprobs]
+        # -mean log p of the sampled tokens: a Monte-Carlo estimate of the policy's entropy
+        out[f"policies/{policy}/entropy_proxy"] = -fmean(logprobs) if logprobs else 0.0
     episodes = max(len(rollout.slots), 1)
     edges: Counter[tuple[str, str]] = Counter()
     kinds: Counter[str] = Counter()

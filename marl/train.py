@@ -121,6 +121,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             update_time = time.perf_counter() - update_began
             # sync: generation and learning share one model object here, nothing to push.
             metrics = rollout_metrics(rollout)
+            policy_metrics.pop("entropy_proxy", None)  # the rollout's estimate covers every turn
             metrics.update({f"policies/{SHARED}/{k}": v for k, v in policy_metrics.items()})
             step_time = time.perf_counter() - began
             metrics.update(

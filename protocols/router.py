@@ -77,8 +77,9 @@ class Router:
                 continue
             text = out.text
             if len(text) > self.budget.max_chars:
-                keep = max(self.budget.max_chars - len(TRUNCATION_MARK), 0)
-                text = text[:keep] + TRUNCATION_MARK
+                keep = self.budget.max_chars - len(TRUNCATION_MARK)
+                # a budget shorter than the mark gets a plain cut: never more than max_chars
+                text = text[:keep] + TRUNCATION_MARK if keep > 0 else text[: self.budget.max_chars]
                 violations.append(
                     Violation(
                         sender,

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +109,51 @@ def _check_section(data: Mapping, key: str, problems: list[Problem]) -> Mapping:
     return value
 
 
+def _type_ok(value: object, hint: object) -> bool:
+    """Whether ``value`` fits a simple annotation: int, float, bool, str, None and unions."""
+    if hint is Any:
+        return True
+    if hint is type(None) or hint is None:
+        return value is None
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return _is_int(value)
+    if hint is float:
+        return _is_number(value) and math.isfinite(value)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # an annotation this simple check does not know: the rules check it
+
+
+def _describe(hint: object) -> str:
+    """An annotation in words: ``int | None`` -> 'an integer or null'."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return " or ".join(_describe(h) for h in typing.get_args(hint))
+    words = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
+    if hint is type(None) or hint is None:
+        return "null"
+    return words.get(hint, getattr(hint, "__name__", str(hint)))  # type: ignore[call-overload]
+
+
+def _param_type_problems(params_cls: type, params: Mapping) -> list[Problem]:
+    """``params.<key>`` values whose type does not match the rules' ``Params`` annotation."""
+    try:
+        hints = typing.get_type_hints(params_cls)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation: leave it to check_params
+        return []
+    problems = []
+    for key, value in params.items():
+        hint = hints.get(key) if isinstance(key, str) else None
+        if hint is not None and not _type_ok(value, hint):
+            problems.append(
+                Problem(f"params.{key}", f"must be {_describe(hint)}, got {value!r:.40}")
+            )
+    return problems
+
+
 def validate_scenario(data: object, rules_params: set[str] | None = None) -> list[Problem]:
     """Every problem with a scenario document; an empty list means it is valid.
 
@@ -125,7 +173,7 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     rules = data.get("rules")
     if not isinstance(rules, str):
         problems.append(Problem("rules", "required, the name of registered Python rules"))
-    elif rules not in RULES:
+    elif rules not in RULES:  # a str, so hashable
         known = ", ".join(sorted(RULES)) or "none"
         problems.append(Problem("rules", f"unknown rules {rules!r}; known: {known}"))
 
@@ -149,7 +197,8 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
         problems.append(Problem("agents", "required, a non-empty list of agent names"))
     known_agents = set(agents)
 
-    if rules in RULES and agents:
+    rules_known = isinstance(rules, str) and rules in RULES
+    if rules_known and agents:
         info = RULES[rules].info
         if not info.min_agents <= len(agents) <= info.max_agents:
             problems.append(
@@ -171,8 +220,9 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
 
     graph = _check_section(data, "graph", problems)
     problems += _unknown_keys(graph, GRAPH_KEYS, "graph.")
-    topology = graph.get("topology", "complete")
-    if topology not in TOPOLOGIES:
+    default_topology = RULES[rules].info.default_topology if rules_known else "complete"
+    topology = graph.get("topology", default_topology)
+    if not isinstance(topology, str) or topology not in TOPOLOGIES:
         problems.append(
             Problem(
                 "graph.topology",
@@ -181,7 +231,9 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
         )
     if "directed" in graph and not isinstance(graph["directed"], bool):
         problems.append(Problem("graph.directed", "must be true or false"))
-    if "center" in graph and graph["center"] not in known_agents:
+    if "center" in graph and not (
+        isinstance(graph["center"], str) and graph["center"] in known_agents
+    ):
         problems.append(Problem("graph.center", f"unknown agent {graph['center']!r}"))
     if "p" in graph and not (_is_number(graph["p"]) and 0 <= graph["p"] <= 1):
         problems.append(Problem("graph.p", "must be a probability between 0 and 1"))
@@ -202,7 +254,7 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
             problems.append(Problem(f"graph.edges[{i}]", "must be a [from, to] pair"))
             continue
         for end in edge:
-            if end not in known_agents:
+            if not isinstance(end, str) or end not in known_agents:
                 problems.append(Problem(f"graph.edges[{i}]", f"unknown agent {end!r}"))
         if edge[0] == edge[1]:
             problems.append(Problem(f"graph.edges[{i}]", "an edge may not loop to itself"))
@@ -236,8 +288,10 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
         problems.append(
             Problem("reward.cooperation", "must be between 0 (zero-sum) and 1 (fully cooperative)")
         )
-    if "malformed_penalty" in reward and not _is_number(reward["malformed_penalty"]):
-        problems.append(Problem("reward.malformed_penalty", "must be a number"))
+    if "malformed_penalty" in reward and not (
+        _is_number(reward["malformed_penalty"]) and math.isfinite(reward["malformed_penalty"])
+    ):
+        problems.append(Problem("reward.malformed_penalty", "must be a finite number"))
 
     for key in ("description", "system_prompt"):
         if key in data and not isinstance(data[key], str):
@@ -254,7 +308,9 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
                         f"unknown parameter for rules {rules!r} (allowed: {allowed})",
                     )
                 )
-    if not problems and rules in RULES:
+    if rules_known:
+        problems += _param_type_problems(RULES[rules].Params, params)
+    if not problems and rules_known:
         problems += [
             Problem(f"params.{p.path}" if p.path else "params", p.message)
             for p in RULES[rules].check_params(dict(params), agents)
@@ -280,6 +336,8 @@ def read_yaml(path: str | Path) -> object:
         raise ScenarioError(
             [Problem("", f"YAML syntax error at {where}{reason}")], str(path)
         ) from None
+    except RecursionError:
+        raise ScenarioError([Problem("", "YAML nested too deeply")], str(path)) from None
 
 
 def deep_merge(base: Mapping, overrides: Mapping) -> dict:

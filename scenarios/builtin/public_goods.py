@@ -50,13 +50,13 @@ class PublicGoodsRules(Rules):
 
     @classmethod
     def check_params(cls, params: dict[str, Any], agents: Sequence[str]) -> list[Problem]:
-        """Endowment positive, multiplier positive, talk rounds non-negative."""
+        """Endowment 1-1000 (bots list every amount), multiplier in (0, 1000], talk rounds >= 0."""
         p = cls.Params(**params)
         problems = []
-        if not isinstance(p.endowment, int) or p.endowment < 1:
-            problems.append(Problem("endowment", "must be an integer >= 1"))
-        if not isinstance(p.multiplier, (int, float)) or p.multiplier <= 0:
-            problems.append(Problem("multiplier", "must be a number > 0"))
+        if not isinstance(p.endowment, int) or not 1 <= p.endowment <= 1000:
+            problems.append(Problem("endowment", "must be an integer from 1 to 1000"))
+        if not isinstance(p.multiplier, (int, float)) or not 0 < p.multiplier <= 1000:
+            problems.append(Problem("multiplier", "must be a number > 0 and <= 1000"))
         if not isinstance(p.talk_rounds, int) or p.talk_rounds < 0:
             problems.append(Problem("talk_rounds", "must be an integer >= 0"))
         return problems
@@ -118,7 +118,8 @@ class PublicGoodsRules(Rules):
         for agent in self.agents:
             raw = actions.get(agent)
             match = re.search(r"-?\d+", raw or "")
-            value = int(match.group()) if match else None
+            # a hostile 5,000-digit number would make int() raise; it is out of range anyway
+            value = int(match.group()) if match and len(match.group()) <= 18 else None
             if value is None or not 0 <= value <= p.endowment:
                 result.invalid[agent] = (
                     f"expected a whole number from 0 to {p.endowment}, got {raw!r}"

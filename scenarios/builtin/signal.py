@@ -116,7 +116,8 @@ class SignalRules(Rules):
         result = RoundResult(done=True)
         raw = actions.get(self.listener)
         match = re.search(r"\d+", raw or "")
-        pick = int(match.group()) - 1 if match else -1
+        # a hostile 5,000-digit number would make int() raise; it is out of range anyway
+        pick = int(match.group()) - 1 if match and len(match.group()) <= 18 else -1
         if not 0 <= pick < len(self.candidates):
             result.invalid[self.listener] = (
                 f"expected a number from 1 to {len(self.candidates)}, got {raw!r}"

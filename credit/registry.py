@@ -1,0 +1,246 @@
+"""The credit-method registry, its config (the ``credit=NAME`` group) and its result type.
+
+A credit method turns recorded episodes into per-agent credit that replaces the return in the
+GRPO advantage (see :mod:`marl.credit.apply`). Methods register by name with
+:func:`register_credit` (duplicates are refused) and are run with :func:`compute_credit`, which
+builds the re-simulation engine for the counterfactual ones. The built-in methods (``team``,
+``difference``, ``coma``, ``shapley``) live in :mod:`marl.credit.estimators`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from marl.credit.counterfactual import MODES, Generate, RecordedEpisode, Resimulator
+
+if TYPE_CHECKING:
+    from marl.credit.counterfactual import ForkableEnv
+
+__all__ = [
+    "CreditConfig",
+    "CreditFn",
+    "CreditResult",
+    "compute_credit",
+    "get_credit",
+    "list_credits",
+    "register_credit",
+]
+
+VALUES = ("team", "own")
+ABSENT = ("null", "default")
+
+
+@dataclass
+class CreditConfig:
+    """How credit is assigned (the ``credit=NAME`` Hydra group).
+
+    name:            the registered method: ``team``, ``difference``, ``coma`` or ``shapley``.
+    per_turn:        credit every turn separately (counterfactual methods only): fork at that
+                     turn alone. The agent's episode credit is then the sum of its turns'.
+    value:           what a branch is worth to agent i: ``team`` (mean of all agents' returns)
+                     or ``own`` (agent i's own return, for mixed-motive scenarios).
+    mode:            what the turns after the change do: ``regenerate`` (write anew wherever
+                     the prompt changed), ``keep_messages`` (as regenerate, but send the
+                     recorded SAY lines) or ``replay`` (recorded completions verbatim: no
+                     generation, but with ``keep_action`` every message then has zero effect).
+    absent:          what replaces a removed message in ``difference`` and ``shapley``:
+                     ``null`` (no message) or ``default`` (the SAY lines of ``default_text``).
+    default_text:    the default message, as completion text with SAY lines.
+    keep_action:     replace only the SAY lines of a turn and keep its ACTION line; ``false``
+                     replaces the whole completion (resamples then bring their own action).
+    samples:         K, the resampled messages per agent (or per turn) for ``coma``.
+    permutations:    sampled agent orders per episode for ``shapley`` (Monte Carlo).
+    exact_threshold: ``shapley`` enumerates every coalition exactly when n! <= this (and also
+                     whenever the 2^n coalitions are no more than the sampled orders need).
+    antithetic:      ``shapley`` pairs every sampled order with its reverse.
+    max_concurrent:  at most this many counterfactual branches at once (null: all at once).
+    seed:            seeds the sampled Shapley orders.
+    """
+
+    name: str = "team"
+    per_turn: bool = False
+    value: str = "team"
+    mode: str = "regenerate"
+    absent: str = "null"
+    default_text: str = "SAY: I have nothing to report."
+    keep_action: bool = True
+    samples: int = 4
+    permutations: int = 16
+    exact_threshold: int = 120
+    antithetic: bool = True
+    max_concurrent: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.name not in _CREDITS:
+            raise ValueError(
+                f"credit.name: unknown credit method {self.name!r}; known: "
+                f"{', '.join(list_credits())}"
+            )
+        for key, value, choices in (
+            ("value", self.value, VALUES),
+            ("mode", self.mode, MODES),
+            ("absent", self.absent, ABSENT),
+        ):
+            if value not in choices:
+                raise ValueError(f"credit.{key}: {value!r} is not one of {', '.join(choices)}")
+        for key in ("samples", "permutations", "exact_threshold"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"credit.{key}: must be >= 1, got {getattr(self, key)}")
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise ValueError(
+                f"credit.max_concurrent: must be >= 1 or null, got {self.max_concurrent}"
+            )
+        if self.per_turn and not _CREDITS[self.name].counterfactual:
+            counterfactual = [n for n, e in sorted(_CREDITS.items()) if e.counterfactual]
+            raise ValueError(
+                f"credit.per_turn: method {self.name!r} has no per-turn credit; only the "
+                f"counterfactual ones do ({', '.join(counterfactual)})"
+            )
+
+
+@dataclass
+class CreditResult:
+    """Credit for a list of episodes, in the order they were given.
+
+    credit[e][i]:          agent i's credit in episode e; it replaces the return in GRPO.
+    returns[e][i]:         the recorded return.
+    per_turn[e][(r, i)]:   agent i's credit for its turn in round r (``per_turn`` only).
+    baseline[e][i]:        the counterfactual value credit is measured against (``difference``
+                           and ``coma``: ``credit = V_i(factual) - baseline``).
+    influence[e][i][j]:    how much agent i's messages move agent j's return (see the method).
+    stats:                 re-simulation counters for this call (:class:`SimStats` fields).
+    """
+
+    method: str
+    episode_ids: list[int]
+    group_ids: list[int]
+    returns: list[dict[str, float]]
+    credit: list[dict[str, float]]
+    per_turn: list[dict[tuple[int, str], float]] | None = None
+    baseline: list[dict[str, float]] | None = None
+    influence: list[dict[str, dict[str, float]]] | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def credit_tensor(self, agents: Sequence[str]) -> torch.Tensor:
+        """Credit as a tensor ``(E, N)`` in the order of ``agents``."""
+        return torch.tensor(
+            [[c[a] for a in agents] for c in self.credit], dtype=torch.float64
+        )  # (E, N)
+
+    def influence_tensor(self, agents: Sequence[str]) -> torch.Tensor:
+        """The influence matrices ``(E, N, N)``: ``[e, i, j]`` = i's effect on j's return."""
+        if self.influence is None:
+            raise ValueError(f"credit method {self.method!r} computes no influence matrix")
+        return torch.tensor(
+            [[[m[i][j] for j in agents] for i in agents] for m in self.influence],
+            dtype=torch.float64,
+        )  # (E, N, N)
+
+
+CreditFn = Callable[[Sequence[RecordedEpisode], "Resimulator | None", CreditConfig], CreditResult]
+"""A credit method: ``(episodes, engine, config) -> CreditResult``; ``engine`` is None for
+methods registered with ``counterfactual=False``."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    fn: CreditFn
+    counterfactual: bool
+
+
+_CREDITS: dict[str, _Entry] = {}
+
+
+def register_credit(name: str, counterfactual: bool = True) -> Callable[[CreditFn], CreditFn]:
+    """Register a credit method under ``name``; a name already taken raises ValueError.
+
+    ``counterfactual``: the method re-simulates episodes and receives a :class:`Resimulator`.
+    """
+
+    def decorator(fn: CreditFn) -> CreditFn:
+        if name in _CREDITS:
+            raise ValueError(
+                f"credit method {name!r} is already registered "
+                f"(by {_CREDITS[name].fn.__module__}.{getattr(_CREDITS[name].fn, '__name__', '?')})"
+            )
+        _CREDITS[name] = _Entry(fn, counterfactual)
+        return fn
+
+    return decorator
+
+
+def list_credits() -> list[str]:
+    """Names of the registered credit methods, sorted."""
+    return sorted(_CREDITS)
+
+
+def get_credit(name: str) -> CreditFn:
+    """The method registered as ``name``; an unknown name raises KeyError listing the known."""
+    try:
+        return _CREDITS[name].fn
+    except KeyError:
+        raise KeyError(
+            f"unknown credit method {name!r}; known: {', '.join(list_credits())}"
+        ) from None
+
+
+def is_counterfactual(name: str) -> bool:
+    """Whether the method ``name`` re-simulates episodes (and so needs an environment)."""
+    get_credit(name)
+    return _CREDITS[name].counterfactual
+
+
+def compute_credit(
+    config: CreditConfig | str,
+    episodes: Sequence[RecordedEpisode],
+    env: ForkableEnv | None = None,
+    generate: Generate | None = None,
+    *,
+    engine: Resimulator | None = None,
+    **overrides: Any,
+) -> CreditResult:
+    """Credit for ``episodes`` with the configured method.
+
+    ``config`` is a :class:`CreditConfig` or a method name (then ``overrides`` set its fields).
+    Counterfactual methods need ``env`` (an environment of the episodes' scenario, only copied)
+    and, for resamples or turns written anew, ``generate``; or a ready ``engine``.
+    """
+    if isinstance(config, str):
+        config = CreditConfig(name=config, **overrides)
+    elif overrides:
+        raise TypeError("pass field overrides only with a method name, not with a CreditConfig")
+    get_credit(config.name)
+    entry = _CREDITS[config.name]
+    if entry.counterfactual and engine is None:
+        if env is None:
+            raise ValueError(
+                f"credit method {config.name!r} re-simulates episodes: pass env= (an environment "
+                "of the episodes' scenario) or engine="
+            )
+        engine = Resimulator(
+            env,
+            generate,
+            mode=config.mode,
+            keep_action=config.keep_action,
+            default_text=config.default_text,
+            max_concurrent=config.max_concurrent,
+        )
+    if entry.counterfactual and engine is not None:
+        for key in ("mode", "keep_action", "default_text"):
+            if getattr(engine, key) != getattr(config, key):
+                raise ValueError(
+                    f"credit.{key}: the config says {getattr(config, key)!r} but the engine "
+                    f"given was built with {getattr(engine, key)!r}"
+                )
+    before = copy.copy(engine.stats) if engine is not None else None
+    result = entry.fn(episodes, engine if entry.counterfactual else None, config)
+    if engine is not None and before is not None:
+        after = engine.stats.as_dict()
+        result.stats = {k: after[k] - v for k, v in before.as_dict().items()}
+    return result
