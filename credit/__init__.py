@@ -45,6 +45,7 @@ from marl.credit.estimators import (
     coma_credit,
     difference_credit,
     shapley_credit,
+    shapley_plan,
     team_credit,
     team_value,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "register_credit",
     "rloo_advantages",
     "shapley_credit",
+    "shapley_plan",
     "team_credit",
     "team_value",
     "turn_credits",

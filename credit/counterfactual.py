@@ -43,6 +43,10 @@ the snapshot taken at that round when the episode was replayed from its seed
 (:meth:`Resimulator.prepare`), and from there steps its own copy of the environment. A branch
 whose completions never differ returns the recorded returns exactly.
 
+An agent the environment calls idle (``env.is_idle(agent)``: it can neither talk nor act this
+round) is never prompted, as in the rollout: it keeps its recorded completion, or writes
+``ACTION: wait`` past the end of the recording, and interventions on it change nothing.
+
 The environment is anything with the methods below (``TextScenarioEnv`` is one); it is copied
 with ``copy.deepcopy`` (or ``env_factory``) to give every live branch its own. This module
 imports nothing from ``marl.scenarios`` or ``marl.agents``.
@@ -78,6 +82,7 @@ __all__ = [
 
 REPLACEMENTS = ("null", "default", "sample")
 MODES = ("regenerate", "keep_messages", "replay")
+IDLE_REPLY = "ACTION: wait"  # what an idle agent writes (it is never prompted), as in the rollout
 MAX_ROUNDS = 10_000  # a branch longer than this is a runaway environment
 
 
@@ -182,6 +187,7 @@ class RoundPoint:
     observations: dict[str, str]
     infos: dict[str, dict]
     system_prompts: dict[str, str]
+    idle: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -314,17 +320,32 @@ class _BranchState:
     pending: dict[str, _Turn] = field(default_factory=dict)
     outcome: BranchOutcome | None = None
 
-    def view(self) -> tuple[list[str], dict[str, str], dict[str, dict], dict[str, str]]:
-        """Live agents, observations, infos and system prompts at the current round."""
+    def view(
+        self,
+    ) -> tuple[list[str], dict[str, str], dict[str, dict], dict[str, str], frozenset[str]]:
+        """Live agents, observations, infos, system prompts and idle agents this round."""
         if not self.diverged:
             point = self.episode.points[self.round]  # type: ignore[index]
-            return point.agents, point.observations, point.infos, point.system_prompts
-        return list(self.env.agents), self.observations, self.infos, self.system_prompts
+            return (
+                point.agents,
+                point.observations,
+                point.infos,
+                point.system_prompts,
+                point.idle,
+            )
+        agents = list(self.env.agents)
+        return agents, self.observations, self.infos, self.system_prompts, _idle(self.env, agents)
 
 
 def _system_prompt(env: Any, agent: str) -> str:
     fn = getattr(env, "system_prompt", None)
     return fn(agent) if callable(fn) else ""
+
+
+def _idle(env: Any, agents: Sequence[str]) -> frozenset[str]:
+    """Agents that can neither talk nor act this round (``env.is_idle``, when it has one)."""
+    fn = getattr(env, "is_idle", None)
+    return frozenset(a for a in agents if fn(a)) if callable(fn) else frozenset()
 
 
 class Resimulator:
@@ -402,6 +423,7 @@ class Resimulator:
                         observations={a: observations[a] for a in live},
                         infos={a: dict(infos.get(a, {})) for a in live},
                         system_prompts={a: _system_prompt(env, a) for a in live},
+                        idle=_idle(env, live),
                     )
                 )
                 observations, _, _, _, infos = env.step(dict(completions))
@@ -474,10 +496,13 @@ class Resimulator:
             raise RuntimeError(f"a branch of episode {state.episode.episode_id} ran {r} rounds")
         recorded_round = state.episode.completions[r] if r < len(state.episode.completions) else {}
         point = state.episode.points[r] if r < len(state.episode.points or []) else None
-        agents, observations, infos, prompts = state.view()
+        agents, observations, infos, prompts, idle = state.view()
         state.pending = {}
         for agent in agents:
             recorded = recorded_round.get(agent)
+            if agent in idle:  # nothing to say or do (as in the rollout): never generated
+                state.pending[agent] = _Turn(None, recorded if recorded is not None else IDLE_REPLY)
+                continue
             iv = state.branch.intervention(agent, r)
             turn = state.pending[agent] = _Turn(iv)
             reuse = recorded is not None and (

@@ -55,7 +55,14 @@ from marl.credit.shapley import (
     sample_permutations,
 )
 
-__all__ = ["coma_credit", "difference_credit", "shapley_credit", "team_credit", "team_value"]
+__all__ = [
+    "coma_credit",
+    "difference_credit",
+    "shapley_credit",
+    "shapley_plan",
+    "team_credit",
+    "team_value",
+]
 
 
 def team_value(returns: dict[str, float]) -> float:
@@ -175,6 +182,28 @@ def _absent_interventions(
     return tuple(Intervention(a, replacement, frozenset(rs)) for a, rs in rounds.items())
 
 
+def shapley_plan(
+    episode: RecordedEpisode, config: CreditConfig
+) -> tuple[list[Hashable], list[tuple[Hashable, ...]] | None, list[frozenset]]:
+    """The players of ``episode`` (agents, or ``(round, agent)`` message turns with
+    ``per_turn``), the sampled orders (``None`` when exact) and the coalitions to simulate.
+
+    The orders are drawn from a generator seeded by ``config.seed`` and the episode's ids, so a
+    result is reproducible. Exact when ``n! <= exact_threshold`` or when the ``2^n`` coalitions
+    are no more than the sampled orders would need anyway.
+    """
+    players: list[Hashable] = (
+        list(episode.message_turns()) if config.per_turn else list(episode.agents)
+    )
+    n = len(players)
+    rng = random.Random(f"{config.seed}:{episode.group_id}:{episode.episode_id}:{episode.seed}")
+    orders = sample_permutations(players, config.permutations, rng, config.antithetic)
+    sampled = permutation_coalitions(orders)
+    if math.factorial(n) <= config.exact_threshold or 2**n <= len(sampled):
+        return players, None, all_coalitions(players)
+    return players, orders, sorted(sampled, key=_sort_key)
+
+
 @register_credit("shapley")
 def shapley_credit(
     episodes: Sequence[RecordedEpisode], engine: Resimulator | None, config: CreditConfig
@@ -184,14 +213,8 @@ def shapley_credit(
     branches: list[Branch] = []
     plans = []
     for e, ep in enumerate(episodes):
-        players: list[Hashable] = list(ep.message_turns()) if config.per_turn else list(ep.agents)
-        n = len(players)
-        rng = random.Random(f"{config.seed}:{ep.group_id}:{ep.episode_id}:{ep.seed}")
-        orders = sample_permutations(players, config.permutations, rng, config.antithetic)
-        sampled = permutation_coalitions(orders)
-        exact = math.factorial(n) <= config.exact_threshold or 2**n <= len(sampled)
-        coalitions = all_coalitions(players) if exact else sorted(sampled, key=_sort_key)
-        plans.append((players, None if exact else orders, coalitions))
+        players, orders, coalitions = shapley_plan(ep, config)
+        plans.append((players, orders, coalitions))
         for s in coalitions:
             branches.append(
                 Branch(e, _absent_interventions(players, s, config.per_turn, config.absent))

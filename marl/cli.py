@@ -8,6 +8,7 @@ prints a clear message and exits non-zero; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -56,10 +57,9 @@ def _list(args: Sequence[str]) -> int:
     from marl.scenarios.registry import list_scenarios, load_document
 
     for name in list_scenarios():
-        data, source = load_document(name)
-        print(
-            f"{name:20s} bots: {', '.join(bot_names(data['rules'])):28s} {data.get('description', '')}"
-        )
+        data, _ = load_document(name)
+        bots = ", ".join(bot_names(data["rules"]))
+        print(f"{name:20s} bots: {bots:28s} {data.get('description', '')}")
     return 0
 
 
@@ -79,9 +79,17 @@ def _register_scenario_options() -> None:
             covered.add((yaml.safe_load(entry.read_text()) or {}).get("name"))
             covered.add(entry.name[:-5])
     store = ConfigStore.instance()
+    # The typed schema is the base of every composed config, so each field of each group can be
+    # overridden (credit.keep_action=false) and a mistyped key is refused by name.
+    from marl.config import Config
+
+    store.store(name="config_schema", node=Config)
     for name in list_scenarios():
-        if name not in covered:
-            store.store(group="scenario", name=name, node={"name": name, "overrides": {}})
+        if name in covered:
+            continue
+        base = re.sub(r"-v\d+$", "", name)
+        for option in {name, base} - covered:
+            store.store(group="scenario", name=option, node={"name": name, "overrides": {}})
 
 
 def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) -> int:
@@ -110,11 +118,11 @@ def _train_task(cfg) -> None:  # noqa: ANN001
 
 def _guarded(fn: Callable[[], object]) -> None:
     """Run ``fn``; user errors print one clear message and exit 2 instead of a traceback."""
-    from marl.errors import USER_ERRORS
+    from marl.errors import user_errors
 
     try:
         fn()
-    except USER_ERRORS as exc:
+    except user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
@@ -149,11 +157,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     simple = {"validate": _validate, "list": _list, "fetch-model": _fetch_model, "report": _report}
     try:
         if command in simple:
-            from marl.errors import USER_ERRORS
+            from marl.errors import user_errors
 
             try:
                 return simple[command](rest)
-            except USER_ERRORS as exc:
+            except user_errors() as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
         if command == "play":

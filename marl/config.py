@@ -14,6 +14,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from marl.credit.registry import CreditConfig
+
 
 class ConfigError(ValueError):
     """An impossible or mistyped configuration; the message names the key."""
@@ -159,6 +161,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    credit: CreditConfig = field(default_factory=CreditConfig)
     train: TrainSettings = field(default_factory=TrainSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     agents: str = "llm"
@@ -181,6 +184,8 @@ def load_config(cfg: DictConfig | dict) -> Config:
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except ConfigError:
         raise
+    except ValueError as exc:  # a schema's own __post_init__ check (they name their key)
+        raise ConfigError(str(exc)) from None
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None)
         reason = str(exc).splitlines()[0]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from marl.config import ConfigError
+import sys
+
 from marl.scenarios.spec import ScenarioError
 
 
@@ -10,15 +11,17 @@ class RunError(RuntimeError):
     """A run cannot go on for a reason the user can fix (a missing checkpoint, say)."""
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [ConfigError, ScenarioError, RunError, FileNotFoundError]
-    try:
-        from marl.agents.models import ModelFetchError
+# (module, class) pairs of user errors defined in heavy modules. They are looked up only when
+# the module is already imported: an error class can only be raised once its module is loaded,
+# and `marl validate` should not pay for importing torch.
+_LAZY = (("marl.config", "ConfigError"), ("marl.agents.models", "ModelFetchError"))
 
-        errors.append(ModelFetchError)
-    except ImportError:  # pragma: no cover - the models module is part of the package
-        pass
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Every error class that means "the user can fix this", among those loaded so far."""
+    errors: list[type[BaseException]] = [ScenarioError, RunError, FileNotFoundError]
+    for module, name in _LAZY:
+        loaded = sys.modules.get(module)
+        if loaded is not None and hasattr(loaded, name):
+            errors.append(getattr(loaded, name))
     return tuple(errors)
-
-
-USER_ERRORS = _user_errors()

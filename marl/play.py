@@ -27,7 +27,7 @@ def play_scripted(scenario: str, bot: str, seed: int, overrides: dict | None = N
 
 def play_llm(cfg: DictConfig) -> str:
     """Play one episode with the configured model for every agent; returns the transcript."""
-    from marl.policies import build_backend
+    from marl.policies import build_backend, sampling_config
     from marl.rollout import EpisodeSlot, run_episodes
     from marl.seeding import seed_everything
 
@@ -35,25 +35,17 @@ def play_llm(cfg: DictConfig) -> str:
     seed_everything(config.seed)
     env = make(config.scenario.name, **config.scenario.overrides)
     backend = build_backend(config)
-    slot = EpisodeSlot(env=env, seed=config.seed, group_id=0, episode_id=0)
     env.reset(seed=config.seed)
     header = render_header(env)
+    slot = EpisodeSlot(env=env, seed=config.seed, group_id=0, episode_id=0)
     run_episodes(
         [slot],
         {"shared": backend},
         lambda agent: "shared",
-        config_sampling(config),
+        sampling_config(config),
         seed=config.seed,
     )
     return header + "\n" + render_transcript(env)
-
-
-def config_sampling(config):  # noqa: ANN001, ANN201 - small adapter
-    """The backend sampling settings of a config."""
-    from marl.agents.backends import SamplingConfig
-
-    s = config.sampling
-    return SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p)
 
 
 def play(cfg: DictConfig) -> None:

@@ -16,6 +16,8 @@ from marl.agents.prompts import prompt_ids
 from marl.agents.turn import TurnRecord
 from marl.scenarios.base import TextScenarioEnv
 
+IDLE_REPLY = "ACTION: wait"
+
 
 @dataclass
 class EpisodeSlot:
@@ -61,8 +63,12 @@ def run_episodes(
     round_index = 0
     while any(slot.env.agents for slot in slots):
         requests: dict[str, list[tuple[int, str, list[int]]]] = {}
+        completions: dict[int, dict[str, str]] = {i: {} for i in range(len(slots))}
         for i, slot in enumerate(slots):
             for agent in slot.env.agents:
+                if slot.env.is_idle(agent):  # nothing to say or do: no generation, no record
+                    completions[i][agent] = IDLE_REPLY
+                    continue
                 policy = policy_of(agent)
                 tokenizer = backends[policy].tokenizer
                 ids = prompt_ids(
@@ -72,7 +78,6 @@ def run_episodes(
                     max_prompt_tokens,
                 )
                 requests.setdefault(policy, []).append((i, agent, ids))
-        completions: dict[int, dict[str, str]] = {i: {} for i in range(len(slots))}
         for policy, batch in sorted(requests.items()):
             generations = backends[policy].generate(
                 [ids for _, _, ids in batch], sampling, seed=seed * 100_003 + round_index

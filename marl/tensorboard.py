@@ -26,6 +26,30 @@ class TensorBoardLogger:
         if self.writer is not None:
             self.writer.add_text(tag, "```\n" + text + "\n```", step)
 
+    def heatmap(self, tag: str, labels: list[str], matrix: list[list[float]], step: int) -> None:
+        """Log a labelled matrix (rows affect columns) as an image."""
+        if self.writer is None:
+            return
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        size = 1.2 + 0.6 * len(labels)
+        figure, axes = plt.subplots(figsize=(size, size))
+        image = axes.imshow(matrix, cmap="coolwarm")
+        axes.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+        axes.set_yticks(range(len(labels)), labels)
+        axes.set_xlabel("affected agent (return)")
+        axes.set_ylabel("agent whose message changed")
+        for i, row in enumerate(matrix):
+            for j, value in enumerate(row):
+                axes.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
+        figure.colorbar(image, ax=axes)
+        figure.tight_layout()
+        self.writer.add_figure(tag, figure, step)
+        plt.close(figure)
+
     def close(self) -> None:
         """Flush and close the event file."""
         if self.writer is not None:

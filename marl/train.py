@@ -14,10 +14,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from marl.agents.turn import TurnRecord
 from marl.checkpoint import load_checkpoint, save_checkpoint
 from marl.config import Config, load_config
-from marl.credit.advantages import group_advantages
+from marl.credit_phase import backend_generate, credit_phase, make_engine, mean_influence
 from marl.metrics import rollout_metrics
 from marl.policies import build_backend, build_learner, sampling_config
 from marl.rollout import EpisodeSlot, RolloutResult, run_episodes
@@ -33,21 +32,6 @@ def step_seeds(seed: int, step: int, count: int) -> list[int]:
     """The scenario seeds of one iteration: a pure function of (run seed, step)."""
     rng = random.Random(f"{seed}:{step}:scenario")
     return [rng.randrange(2**31) for _ in range(count)]
-
-
-def assign_advantages(turns: list[TurnRecord], method: str) -> None:
-    """Per-agent returns -> group-normalized advantages, written onto the turn records."""
-    if not turns:
-        return
-    advantages = group_advantages(
-        [t.reward for t in turns],
-        [t.group_id for t in turns],
-        [t.agent for t in turns],
-        method,
-        episode_ids=[t.episode_id for t in turns],
-    )
-    for turn, advantage in zip(turns, advantages):
-        turn.advantage = float(advantage)
 
 
 def rollout_phase(config: Config, envs: list, backend, step: int) -> RolloutResult:  # noqa: ANN001
@@ -106,6 +90,13 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         set_rng_states(state["rng"])
         start = int(state["step"])
 
+    engine = make_engine(
+        config.credit,
+        lambda: make(config.scenario.name, **config.scenario.overrides),
+        backend_generate(
+            {SHARED: backend}, lambda agent: SHARED, sampling_config(config), seed=config.seed + 7
+        ),
+    )
     logger = TensorBoardLogger(run_dir / "tensorboard", enabled=config.logging.tensorboard)
     logger.text("config", OmegaConf.to_yaml(OmegaConf.structured(config)), 0)
     progress = _progress(start, t.steps, config.logging.progress)
@@ -115,12 +106,15 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             began = time.perf_counter()
             rollout = rollout_phase(config, envs, backend, step)
             rollout_time = time.perf_counter() - began
-            assign_advantages(rollout.turns, config.algo.advantage)
+            credit_result, credit_metrics = credit_phase(
+                config.credit, rollout, engine, config.algo.advantage
+            )
             update_began = time.perf_counter()
             policy_metrics = learner.update(rollout.turns)
             update_time = time.perf_counter() - update_began
             # sync: generation and learning share one model object here, nothing to push.
             metrics = rollout_metrics(rollout)
+            metrics.update(credit_metrics)
             policy_metrics.pop("entropy_proxy", None)  # the rollout's estimate covers every turn
             metrics.update({f"policies/{SHARED}/{k}": v for k, v in policy_metrics.items()})
             step_time = time.perf_counter() - began
@@ -140,6 +134,9 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 logger.text(
                     "transcripts/episode_0", render_transcript(rollout.slots[0].env), step + 1
                 )
+                influence = mean_influence(credit_result)
+                if influence is not None:
+                    logger.heatmap("credit/influence", *influence, step=step + 1)
             last = step + 1 == t.steps
             if last or (t.checkpoint_every and (step + 1) % t.checkpoint_every == 0):
                 save_checkpoint(

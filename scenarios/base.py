@@ -323,11 +323,25 @@ class TextScenarioEnv(ParallelEnv):
         if not state.done:
             neighbours = self.neighbours(agent)
             lines.append(f"You can message: {', '.join(neighbours) if neighbours else 'nobody'}.")
-            if rules.needs_action(agent, state.round):
-                lines.append(f"Action: {rules.action_help(agent)}")
-            else:
-                lines.append("No action is needed from you this round; write ACTION: wait.")
+            lines.append(self._instruction(agent, neighbours))
         return "\n".join(lines)[:MAX_OBSERVATION_CHARS]
+
+    def is_idle(self, agent: str) -> bool:
+        """True when ``agent`` can neither act nor talk this round (nothing to generate)."""
+        return not self.neighbours(agent) and not self.rules.needs_action(agent, self._state.round)
+
+    def _instruction(self, agent: str, neighbours: list[str]) -> str:
+        """The last line of an observation: exactly what the reply should hold."""
+        talk = "`SAY: <message>`" if neighbours else ""
+        if self.rules.needs_action(agent, self._state.round):
+            help_text = self.rules.action_help(agent)
+            if self.rules_cls.info.free_text_action:
+                return f"Your turn. Reply with {help_text}"
+            first = f"optionally {talk}, then " if talk else ""
+            return f"Your turn. Reply with {first}one line `ACTION: <action>`, where the action is {help_text}"
+        if talk:
+            return f"Your turn to talk. Reply with one line {talk}."
+        return "Nothing to do this round. Reply `ACTION: wait`."
 
     def _observations(self) -> dict[str, str]:
         return {a: self._observation(a) for a in self.possible_agents if a in self._live()}

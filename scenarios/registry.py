@@ -46,6 +46,7 @@ def _load_builtins() -> None:
 
 def register_scenario(path: str | Path) -> str:
     """Register the YAML file at ``path`` under its declared name; returns the name."""
+    _load_builtins()  # so a clash with a built-in name is reported here, not at a later lookup
     path = Path(path)
     data = read_yaml(path)
     name = data.get("name") if isinstance(data, Mapping) else None

@@ -4,7 +4,9 @@ Every call to :meth:`HFBackend.generate` is ONE ``model.generate`` over all prom
 samples, left-padded. Several LoRA adapters share the base model and still fit in that one call:
 peft routes each row to its adapter through ``adapter_names=[...]`` (``"__base__"`` = no adapter).
 The logprob reported for each sampled token is under the distribution it was sampled from
-(temperature-scaled, top-p applied); for greedy decoding it is the model's own (temperature 1).
+(temperature-scaled, top-p applied, by transformers' own warpers); for greedy decoding it is the
+model's own distribution (temperature 1). The logprobs are recorded step by step by a last
+logits processor, so memory stays ``rows x vocab`` rather than ``rows x tokens x vocab``.
 """
 
 from __future__ import annotations
@@ -64,8 +66,18 @@ class HFBackend:
         self.model: Any = model.eval()
         self.tokenizer = tokenizer
         self.lora_config = lora_config
-        self.adapters: set[str] = set()
+        # A model handed over already wrapped by peft keeps its adapters.
+        self.adapters: set[str] = set(getattr(model, "peft_config", {}) or {})
         self.eos_ids = _eos_ids(model, tokenizer)
+        # A clean generation config, so that sampling defaults shipped with a checkpoint
+        # (temperature, top_k, min_p, repetition penalty...) never change what is sampled.
+        from transformers import GenerationConfig
+
+        self.model.generation_config = GenerationConfig(
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=sorted(self.eos_ids),
+            pad_token_id=tokenizer.pad_token_id,
+        )
 
     # ------------------------------------------------------------------ generation
 
@@ -101,19 +113,20 @@ class HFBackend:
 
         if self.model.training:  # peft's per-row adapters need eval mode; no dropout in sampling
             self.model.eval()
-        greedy = sampling.temperature == 0
-        config = self._generation_config(sampling, greedy)
+        from transformers import LogitsProcessorList
+
+        recorder = _LogprobRecorder()
+        processors = LogitsProcessorList([*_sampling_processors(sampling), recorder])
         with torch.inference_mode(), _seeded(seed, self.device):
-            out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention, generation_config=config, **kwargs
-            )
-        new_tokens = out.sequences[:, input_ids.shape[1]:]  # (R, T)
-        # Greedy: the model's own distribution (raw logits); sampling: the processed scores, which
-        # are the exact logits the sampler drew from (temperature and top-p applied).
-        steps = out.logits if greedy else out.scores  # T tensors of (R, V)
-        per_step = torch.stack(steps, dim=1)  # (R, T, V)
-        logp = torch.log_softmax(per_step.float(), dim=-1)  # (R, T, V)
-        token_logp = logp.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)  # (R, T)
+            sequences = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=self._generation_config(sampling),
+                logits_processor=processors,
+                **kwargs,
+            )  # (R, P + T)
+        new_tokens = sequences[:, input_ids.shape[1]:]  # (R, T)
+        token_logp = recorder.finish(new_tokens)  # (R, T)
         return self._collect(prompts, new_tokens.cpu(), token_logp.cpu(), n)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,29 +139,19 @@ class HFBackend:
             mask[i, length - len(row):] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    def _generation_config(self, sampling: SamplingConfig, greedy: bool) -> Any:
-        """A generation config naming every processor setting, so no model default slips in."""
+    def _generation_config(self, sampling: SamplingConfig) -> Any:
+        """Sampling or greedy, with no processor of its own: ours are passed explicitly."""
         from transformers import GenerationConfig
 
-        common = dict(
+        return GenerationConfig(
+            do_sample=sampling.temperature > 0,
+            temperature=1.0,  # applied by our own warpers, before the recorder
+            top_p=1.0,
+            top_k=0,
             max_new_tokens=sampling.max_new_tokens,
-            min_new_tokens=0,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=sorted(self.eos_ids),
-            repetition_penalty=1.0,
             num_beams=1,
-            return_dict_in_generate=True,
-            output_scores=not greedy,
-            output_logits=greedy,
-        )
-        if greedy:
-            return GenerationConfig(do_sample=False, **common)
-        return GenerationConfig(
-            do_sample=True,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=0,
-            **common,
         )
 
     def _collect(
@@ -276,6 +279,50 @@ def _check_adapter_name(name: str) -> None:
             f"adapter name {name!r} cannot be used: it must be non-empty, not {BASE_ADAPTER!r}, "
             "without '.', and not a substring of 'lora_' (peft would re-initialise it)"
         )
+
+
+def _sampling_processors(sampling: SamplingConfig) -> list[Any]:
+    """transformers' own temperature and top-p warpers, for the list that ends in the recorder."""
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+    if sampling.temperature == 0:
+        return []  # greedy: the recorder sees the raw logits
+    warpers: list[Any] = []
+    if sampling.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(sampling.temperature))
+    if sampling.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=sampling.top_p, min_tokens_to_keep=1))
+    return warpers
+
+
+class _LogprobRecorder:
+    """Last logits processor: keeps each sampled token's logprob under the final scores.
+
+    It sees the exact scores the next token is drawn from. At step t it learns which token step
+    t - 1 drew (the last column of ``input_ids``), so it holds one ``(R, V)`` distribution at a
+    time instead of all ``T`` of them (``output_scores`` would keep ``R x T x V`` floats).
+    """
+
+    def __init__(self) -> None:
+        self.prev: torch.Tensor | None = None  # (R, V) log-softmax of the last step's scores
+        self.steps: list[torch.Tensor] = []  # T - 1 tensors of (R,)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.prev is not None:
+            self.steps.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(-1))  # (R,)
+        self.prev = torch.log_softmax(scores.float(), dim=-1)  # (R, V)
+        return scores
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """Logprob of every generated token, (R, T), given the generated tokens (R, T)."""
+        if self.prev is not None:
+            self.steps.append(self.prev.gather(-1, new_tokens[:, -1:]).squeeze(-1))  # (R,)
+            self.prev = None
+        if len(self.steps) != new_tokens.shape[1]:
+            raise RuntimeError(
+                f"logprob recorder saw {len(self.steps)} steps for {new_tokens.shape[1]} tokens"
+            )
+        return torch.stack(self.steps, dim=1)  # (R, T)
 
 
 @contextmanager

@@ -230,3 +230,43 @@ def test_adapter_names_peft_would_mishandle_are_refused(backend, name) -> None:
     with pytest.raises(ValueError, match="adapter name"):
         backend.add_adapter(name)
     assert backend.adapters == set()
+
+
+def test_checkpoint_sampling_defaults_do_not_leak_into_generation(prompts) -> None:
+    model, tok = load_model(ModelSpec(seed=0))
+    # A checkpoint may ship its own sampling defaults; the backend must sample as asked.
+    model.generation_config.temperature = 0.05
+    model.generation_config.top_k = 3
+    model.generation_config.repetition_penalty = 3.0
+    backend = HFBackend(model, tok)
+    gens = _flat(backend.generate(prompts, SamplingConfig(max_new_tokens=16, n=2), seed=0))
+    with torch.no_grad():
+        logp, mask = sequence_logprobs(
+            model, [g.prompt_ids for g in gens], [g.response_ids for g in gens]
+        )  # (B, T)
+    reported = _padded([g.logprobs for g in gens], logp.shape[1])  # (B, T)
+    torch.testing.assert_close(reported * mask, logp * mask, atol=LOGPROB_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.999])
+def test_top_p_filter_matches_transformers(top_p) -> None:
+    from transformers import TopPLogitsWarper
+
+    from marl.agents.logprobs import top_p_filter
+
+    logits = torch.randn(6, 101, generator=torch.Generator().manual_seed(0)) * 3  # (B, V)
+    expected = TopPLogitsWarper(top_p=top_p)(torch.zeros(6, 1, dtype=torch.long), logits.clone())
+    assert torch.equal(top_p_filter(logits, top_p), expected)
+
+
+def test_a_peft_wrapped_model_keeps_its_adapters(prompts) -> None:
+    from peft import get_peft_model
+
+    from marl.agents.backends.hf import default_lora_config
+
+    model, tok = load_model(ModelSpec(seed=0))
+    peft_model = get_peft_model(model, default_lora_config(), adapter_name="carol")
+    backend = HFBackend(peft_model, tok)
+    assert backend.adapters == {"carol"}
+    greedy = SamplingConfig(max_new_tokens=4, temperature=0.0)
+    assert len(backend.generate(prompts, greedy, adapters=["carol", None, "carol"])) == 3

@@ -169,7 +169,7 @@ def test_embedded_model_answers_the_capital_of_france() -> None:
     x = torch.tensor([ids])  # (1, P)
     with torch.inference_mode():
         out = model.generate(
-            x, attention_mask=torch.ones_like(x), max_new_tokens=12, do_sample=False
+            x, attention_mask=torch.ones_like(x), max_new_tokens=8, do_sample=False
         )
     answer = tok.decode(out[0, x.shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer

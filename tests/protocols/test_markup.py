@@ -28,8 +28,12 @@ CASES = [
     ("### Action: `4`", [], "4", []),
     ("> SAY: quoted\n  ACTION :  7  ", [(None, "quoted")], "7", []),
     ("ACTION: 1\nthinking...\nACTION: 2\nACTION: 3", [], "3", []),  # the last one wins
-    ("SAY @bob @carol: meet at the bridge\nACTION: go", [(("bob", "carol"), "meet at the bridge")],
-     "go", []),
+    (
+        "SAY @bob @carol: meet at the bridge\nACTION: go",
+        [(("bob", "carol"), "meet at the bridge")],
+        "go",
+        [],
+    ),
     ("SAY @bob, @carol: x\nACTION: a", [(("bob", "carol"), "x")], "a", []),
     ("SAY @bob @bob: twice\nACTION: a", [(("bob",), "twice")], "a", []),
     ("**SAY @bob:** bold\nACTION: a", [(("bob",), "bold")], "a", []),
@@ -113,11 +117,31 @@ def test_markup_instructions_name_the_neighbours() -> None:
 
 # --- fuzzing -----------------------------------------------------------------------------------
 
-MARKUP_BITS = ["SAY", "say", "ACTION", "action", ":", "@", "@bob", "**", "- ", "#", "`", ",",
-               "\n", "\r", "\t", " ", "\x00", "\u200b", "\u2028", "\x85", "😀", "ß"]
-markupish = st.lists(st.sampled_from(MARKUP_BITS) | st.text(max_size=5), max_size=40).map(
-    "".join
-)
+MARKUP_BITS = [
+    "SAY",
+    "say",
+    "ACTION",
+    "action",
+    ":",
+    "@",
+    "@bob",
+    "**",
+    "- ",
+    "#",
+    "`",
+    ",",
+    "\n",
+    "\r",
+    "\t",
+    " ",
+    "\x00",
+    "\u200b",
+    "\u2028",
+    "\x85",
+    "😀",
+    "ß",
+]
+markupish = st.lists(st.sampled_from(MARKUP_BITS) | st.text(max_size=5), max_size=40).map("".join)
 any_text = st.text() | markupish | st.binary().map(lambda b: b.decode("latin-1"))
 
 

@@ -1,0 +1,116 @@
+"""The credit phase of an iteration: returns -> (counterfactual) credit -> GRPO advantages.
+
+``credit=team`` is plain GRPO. The counterfactual methods re-simulate each episode through a
+:class:`~marl.credit.Resimulator` whose ``generate`` is the policy backend itself, so the
+counterfactual episodes are batched one call per round exactly like ordinary rollouts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from statistics import fmean
+
+from marl.agents.backends import PolicyBackend, SamplingConfig
+from marl.agents.prompts import prompt_ids
+from marl.credit import (
+    CreditConfig,
+    CreditResult,
+    RecordedEpisode,
+    Resimulator,
+    apply_credit,
+    compute_credit,
+    is_counterfactual,
+)
+from marl.credit.counterfactual import GenerationRequest
+from marl.rollout import RolloutResult
+
+
+def backend_generate(
+    backends: Mapping[str, PolicyBackend],
+    policy_of: Callable[[str], str],
+    sampling: SamplingConfig,
+    seed: int = 0,
+    max_prompt_tokens: int | None = None,
+) -> Callable[[Sequence[GenerationRequest]], list[list[str]]]:
+    """The re-simulator's batched ``generate``: one backend call per policy per round."""
+    calls = itertools.count()
+
+    def generate(requests: Sequence[GenerationRequest]) -> list[list[str]]:
+        out: list[list[str]] = [[] for _ in requests]
+        by_policy: dict[str, list[int]] = {}
+        for k, request in enumerate(requests):
+            by_policy.setdefault(policy_of(request.agent), []).append(k)
+        call = next(calls)
+        for policy, indices in sorted(by_policy.items()):
+            tokenizer = backends[policy].tokenizer
+            prompts, owners = [], []
+            for k in indices:
+                ids = prompt_ids(
+                    tokenizer, requests[k].system_prompt, requests[k].observation, max_prompt_tokens
+                )
+                prompts += [ids] * requests[k].n
+                owners += [k] * requests[k].n
+            generations = backends[policy].generate(
+                prompts, replace(sampling, n=1), seed=seed * 100_003 + call
+            )
+            for k, options in zip(owners, generations):
+                out[k].append(options[0].text)
+        return out
+
+    return generate
+
+
+def make_engine(
+    credit: CreditConfig,
+    env_factory: Callable[[], object],
+    generate: Callable[[Sequence[GenerationRequest]], list[list[str]]],
+) -> Resimulator | None:
+    """One re-simulation engine for the whole run (its pool of env copies is reused)."""
+    if not is_counterfactual(credit.name):
+        return None
+    return Resimulator(
+        env_factory(),
+        generate,
+        mode=credit.mode,
+        keep_action=credit.keep_action,
+        default_text=credit.default_text,
+        max_concurrent=credit.max_concurrent,
+        env_factory=env_factory,
+    )
+
+
+def credit_phase(
+    credit: CreditConfig,
+    rollout: RolloutResult,
+    engine: Resimulator | None,
+    advantage: str,
+) -> tuple[CreditResult, dict[str, float]]:
+    """Assign credit and advantages to the rollout's turn records; returns metrics."""
+    episodes = [
+        RecordedEpisode.from_env(s.env, episode_id=s.episode_id, group_id=s.group_id)
+        for s in rollout.slots
+    ]
+    result = compute_credit(credit, episodes, engine=engine)
+    apply_credit(rollout.turns, result, advantage)
+    metrics: dict[str, float] = {}
+    agents = sorted({a for c in result.credit for a in c})
+    for agent in agents:
+        metrics[f"credit/{agent}/mean"] = fmean(c[agent] for c in result.credit)
+    advantages = [t.advantage for t in rollout.turns]
+    if advantages:
+        mean = fmean(advantages)
+        metrics["credit/advantage_variance"] = fmean((a - mean) ** 2 for a in advantages)
+    for key, value in result.stats.items():
+        metrics[f"credit/sim/{key}"] = float(value)
+    return result, metrics
+
+
+def mean_influence(result: CreditResult) -> tuple[list[str], list[list[float]]] | None:
+    """The influence matrix averaged over episodes: ``[i][j]`` = i's effect on j's return."""
+    if not result.influence:
+        return None
+    agents = sorted(result.influence[0])
+    matrix = [[fmean(m[i][j] for m in result.influence) for j in agents] for i in agents]
+    return agents, matrix
