@@ -26,7 +26,7 @@ venv: $(STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/marl fetch-model
-	$(VENV)/bin/marl train model=smollm2 hydra.run.dir=runs/default
+	$(VENV)/bin/marl train --config-name demo
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

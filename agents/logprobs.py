@@ -83,8 +83,8 @@ def sequence_logprobs(
     input_ids = torch.full((batch, length), pad_token_id, dtype=torch.long)  # (B, L)
     attention = torch.zeros(batch, length, dtype=torch.long)  # (B, L)
     for b, seq in enumerate(seqs):
-        input_ids[b, length - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        attention[b, length - len(seq):] = 1
+        input_ids[b, length - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        attention[b, length - len(seq) :] = 1
     input_ids, attention = input_ids.to(device), attention.to(device)
     # Positions count real tokens only, as generate() does for left-padded prompts.
     position_ids = (attention.cumsum(dim=-1) - 1).clamp(min=0)  # (B, L)
@@ -97,7 +97,7 @@ def sequence_logprobs(
         use_cache=False,
     )
     logits = out.logits[:, :-1, :]  # (B, T, V): column j predicts token L - T + j
-    targets = input_ids[:, length - t_max:]  # (B, T), right-aligned responses (+ prompt tail)
+    targets = input_ids[:, length - t_max :]  # (B, T), right-aligned responses (+ prompt tail)
     logp_all = sampling_logprobs(logits, temperature, top_p)  # (B, T, V)
     token_logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T) right-aligned
 

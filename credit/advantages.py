@@ -96,7 +96,10 @@ def _constant_columns(returns: torch.Tensor) -> torch.Tensor:
 
 @register_advantage("grpo")
 def grpo_advantages(returns: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """GRPO (Shao et al. 2024): ``(r - mean) / (std + eps)`` per column. ``(G, N)`` -> ``(G, N)``."""
+    """GRPO (Shao et al. 2024): ``(r - mean) / (std + eps)`` per column.
+
+    ``(G, N)`` -> ``(G, N)``.
+    """
     if returns.shape[0] < 2:
         return torch.zeros_like(returns)  # (G, N): one episode has no group to compare with
     centered = returns - returns.mean(dim=0, keepdim=True)  # (G, N)

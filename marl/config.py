@@ -31,6 +31,23 @@ def _positive(key: str, value: float, allow_zero: bool = False) -> None:
         raise ConfigError(f"{key}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
+SHARING_MODES = ("shared", "independent", "lora", "custom")
+
+
+def _check_policy(key: str, policy: PolicyConfig) -> None:
+    """Range checks of one policy's own numbers (cross-field checks live in marl.policy_map)."""
+    if policy.num_gpus is not None:
+        _positive(f"{key}.num_gpus", policy.num_gpus, allow_zero=True)
+        if policy.num_gpus > 1 and policy.num_gpus != int(policy.num_gpus):
+            raise ConfigError(
+                f"{key}.num_gpus: a request above 1 must be a whole number, got {policy.num_gpus}"
+            )
+    if policy.lr is not None:
+        _positive(f"{key}.lr", policy.lr)
+    if policy.beta is not None:
+        _positive(f"{key}.beta", policy.beta, allow_zero=True)
+
+
 @dataclass
 class ScenarioConfig:
     """Which scenario to play. ``name``: a registered name (``signal``, ``relay-v0``) or a path
@@ -147,6 +164,100 @@ class LoggingConfig:
 
 
 @dataclass
+class LoraSettings:
+    """A LoRA adapter (Hu et al. 2021, peft) over the policy's frozen base model.
+
+    r, alpha:       rank and scaling (the update is ``alpha / r * B @ A``).
+    dropout:        dropout on the adapter's input while training.
+    target_modules: names of the linear layers that get an adapter (``q_proj``, ``v_proj``...).
+    """
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+
+    def __post_init__(self) -> None:
+        _positive("lora.r", self.r)
+        _positive("lora.alpha", self.alpha)
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"lora.dropout: must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:
+            raise ConfigError("lora.target_modules: name at least one module")
+
+
+@dataclass
+class PolicyConfig:
+    """One policy: what model it runs, whether it trains, and where its learner goes.
+
+    model:     its base model; null = the run's ``model``.
+    lora:      a LoRA adapter over that base (the base stays frozen); null = full fine-tuning.
+               LoRA policies over the same base share ONE copy of it on the rollout side.
+    trainable: false = a frozen policy (an opponent, a fixed partner): it plays, never learns,
+               and gets no learner and no device of its own.
+    num_gpus:  GPUs for its learner (fractions share a GPU); null = one GPU per trainable policy
+               where GPUs exist, none otherwise.
+    lr, beta:  this policy's learning rate and KL weight; null = ``algo.lr`` / ``algo.beta``.
+    """
+
+    model: ModelConfig | None = None
+    lora: LoraSettings | None = None
+    trainable: bool = True
+    num_gpus: float | None = None
+    lr: float | None = None
+    beta: float | None = None
+
+
+@dataclass
+class RayConfig:
+    """Running on Ray: rollout worker actors, one learner actor per trainable policy.
+
+    enabled:             false = everything in one process (the default; ``marl play`` never
+                         starts Ray).
+    address:             join this existing cluster (``auto``, ``ray://host:10001``,
+                         ``host:6379``); null = start a local one and shut it down at the end.
+                         A process that already called ``ray.init`` keeps its session.
+    num_cpus, num_gpus:  the local cluster's logical CPUs / GPUs (null = detected; logical GPUs
+                         on a CPU machine are for testing placement).
+    num_rollout_workers: rollout worker actors; each plays whole GRPO groups.
+    worker_num_cpus, worker_num_gpus: each rollout worker's request (a GPU for vLLM).
+    learner_num_cpus:    each learner's CPUs (its GPUs come from ``policies.<id>.num_gpus``).
+    placement_strategy:  how the learners' placement group spreads them over nodes.
+    placement_timeout_s: fail (naming the policies) if the learners cannot be placed by then.
+    max_worker_restarts: replacements of dead rollout workers allowed per iteration.
+    """
+
+    enabled: bool = False
+    address: str | None = None
+    num_cpus: int | None = None
+    num_gpus: int | None = None
+    num_rollout_workers: int = 1
+    worker_num_cpus: float = 1.0
+    worker_num_gpus: float = 0.0
+    learner_num_cpus: float = 1.0
+    placement_strategy: str = "PACK"
+    placement_timeout_s: float = 120.0
+    max_worker_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        _choice(
+            "ray.placement_strategy",
+            self.placement_strategy,
+            ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+        )
+        _positive("ray.num_rollout_workers", self.num_rollout_workers)
+        _positive("ray.worker_num_cpus", self.worker_num_cpus, allow_zero=True)
+        _positive("ray.worker_num_gpus", self.worker_num_gpus, allow_zero=True)
+        _positive("ray.learner_num_cpus", self.learner_num_cpus, allow_zero=True)
+        _positive("ray.placement_timeout_s", self.placement_timeout_s)
+        _positive("ray.max_worker_restarts", self.max_worker_restarts, allow_zero=True)
+        for key in ("num_cpus", "num_gpus"):
+            value = getattr(self, key)
+            if value is not None:
+                _positive(f"ray.{key}", value, allow_zero=key == "num_gpus")
+
+
+@dataclass
 class Config:
     """Everything ``marl play`` and ``marl train`` read.
 
@@ -155,6 +266,19 @@ class Config:
     backend: policy backend for generation (``hf``).
     seed:    seeds every random generator; the same seed gives the same run on CPU.
     resume:  path of a checkpoint directory to continue from.
+
+    Policies (``marl.policy_map`` resolves them against the scenario's agents):
+    sharing:         the policies generated for agents that ``policy_map`` leaves out:
+                     ``shared`` (one policy, id ``shared``, for all of them), ``independent``
+                     (one full policy per agent, id = agent name), ``lora`` (one LoRA adapter
+                     per agent over the frozen ``model``, id = agent name) or ``custom`` (none:
+                     ``policy_map`` must name every agent).
+    policy_defaults: the settings of every generated policy (a :class:`PolicyConfig`).
+    policies:        explicitly declared policies, id -> :class:`PolicyConfig`; a declared id
+                     that a generated one would take wins.
+    policy_map:      agent -> policy id, as RLlib's policy mapping; ``"*"``-style glob patterns
+                     are allowed, an exact agent name wins over a pattern.
+    ray:             the Ray runtime (:class:`RayConfig`).
     """
 
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
@@ -169,9 +293,18 @@ class Config:
     backend: str = "hf"
     seed: int = 0
     resume: str | None = None
+    sharing: str = "shared"
+    policy_defaults: PolicyConfig = field(default_factory=PolicyConfig)
+    policies: dict[str, PolicyConfig] = field(default_factory=dict)
+    policy_map: dict[str, str] = field(default_factory=dict)
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def __post_init__(self) -> None:
         _choice("agents", self.agents, ("llm", "scripted"))
+        _choice("sharing", self.sharing, SHARING_MODES)
+        for pid, policy in self.policies.items():
+            _check_policy(f"policies.{pid}", policy)
+        _check_policy("policy_defaults", self.policy_defaults)
 
 
 def load_config(cfg: DictConfig | dict) -> Config:

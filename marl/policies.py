@@ -31,8 +31,6 @@ def sampling_config(config: Config) -> SamplingConfig:
 
 def build_backend(config: Config) -> PolicyBackend:
     """Load the model and wrap it in the configured generation backend."""
-    import marl.agents.backends.hf  # noqa: F401 - registers the "hf" backend
-
     model, tokenizer = load_model(model_spec(config))
     return make_backend(config.backend, model=model, tokenizer=tokenizer)
 

@@ -186,8 +186,15 @@ class TextScenarioEnv(ParallelEnv):
             if free and result.action is None:
                 result.action = result.free_text
             parsed[agent] = result
+            outgoing = result.messages
+            if outgoing and not self.rules.can_talk(agent, rnd):
+                self.router.counts["muted"] += len(outgoing)
+                new_notices[agent].append(
+                    f"[round {rnd}] Nobody can hear you this round; your message was dropped."
+                )
+                outgoing = []
             delivered, violations = self.router.route(
-                state.graph, agent, result.messages, rnd, state.channel_rng
+                state.graph, agent, outgoing, rnd, state.channel_rng
             )
             deliveries += delivered
             new_notices[agent] += [v.notice() for v in violations]
@@ -278,7 +285,9 @@ class TextScenarioEnv(ParallelEnv):
     def neighbours(self, agent: str) -> list[str]:
         """The agents ``agent`` can message this round."""
         graph = self._state.graph
-        return sorted(graph.successors(agent)) if agent in graph else []
+        if agent not in graph or not self.rules.can_talk(agent, self._state.round):
+            return []
+        return sorted(graph.successors(agent))
 
     def system_prompt(self, agent: str) -> str:
         """The system prompt an LLM agent is given: scenario text, role, markup."""
@@ -286,7 +295,11 @@ class TextScenarioEnv(ParallelEnv):
         role = self.spec.roles.get(agent, "")
         if role:
             parts.append(f"Your role ({agent}): {role.strip()}")
-        parts.append(markup_instructions(self.neighbours(agent)) if self._state.rules else "")
+        # the graph's neighbours, not this round's (muted rounds would change the prompt, and a
+        # system prompt that stays the same across rounds shares its prefix cache)
+        graph = self._state.graph
+        contacts = sorted(graph.successors(agent)) if agent in graph else []
+        parts.append(markup_instructions(contacts) if self._state.rules else "")
         return "\n\n".join(p for p in parts if p)
 
     def _observation(self, agent: str) -> str:
@@ -338,7 +351,10 @@ class TextScenarioEnv(ParallelEnv):
             if self.rules_cls.info.free_text_action:
                 return f"Your turn. Reply with {help_text}"
             first = f"optionally {talk}, then " if talk else ""
-            return f"Your turn. Reply with {first}one line `ACTION: <action>`, where the action is {help_text}"
+            return (
+                f"Your turn. Reply with {first}one line `ACTION: <action>`, where the action is "
+                f"{help_text}"
+            )
         if talk:
             return f"Your turn to talk. Reply with one line {talk}."
         return "Nothing to do this round. Reply `ACTION: wait`."

@@ -81,6 +81,10 @@ class Rules:
         """Whether ``agent``'s ACTION line matters in ``round``."""
         return True
 
+    def can_talk(self, agent: str, round: int) -> bool:
+        """Whether ``agent`` may send messages in ``round`` (its SAY lines are dropped if not)."""
+        return True
+
     def private_info(self, agent: str) -> str:
         """What only ``agent`` knows, as text."""
         return ""

@@ -91,7 +91,19 @@ def register_backend(
 
 
 def make_backend(name: str, **kwargs: Any) -> PolicyBackend:
-    """Build the backend registered as ``name``."""
+    """Build the backend registered as ``name``.
+
+    Built-in backends live in ``marl.agents.backends.<name>`` and are imported on first use, so
+    that importing the package never pays for (or requires) vLLM.
+    """
+    if name not in BACKENDS and name.isidentifier():
+        import importlib
+
+        try:
+            importlib.import_module(f"marl.agents.backends.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"marl.agents.backends.{name}":
+                raise
     if name not in BACKENDS:
         known = ", ".join(sorted(BACKENDS)) or "none"
         raise KeyError(f"backend: unknown backend {name!r}; known backends: {known}")

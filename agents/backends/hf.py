@@ -125,7 +125,7 @@ class HFBackend:
                 logits_processor=processors,
                 **kwargs,
             )  # (R, P + T)
-        new_tokens = sequences[:, input_ids.shape[1]:]  # (R, T)
+        new_tokens = sequences[:, input_ids.shape[1] :]  # (R, T)
         token_logp = recorder.finish(new_tokens)  # (R, T)
         return self._collect(prompts, new_tokens.cpu(), token_logp.cpu(), n)
 
@@ -135,8 +135,8 @@ class HFBackend:
         ids = torch.full((len(rows), length), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros(len(rows), length, dtype=torch.long)
         for i, row in enumerate(rows):
-            ids[i, length - len(row):] = torch.tensor(row, dtype=torch.long)
-            mask[i, length - len(row):] = 1
+            ids[i, length - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, length - len(row) :] = 1
         return ids.to(self.device), mask.to(self.device)
 
     def _generation_config(self, sampling: SamplingConfig) -> Any:

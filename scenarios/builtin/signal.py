@@ -6,7 +6,7 @@ answers ``ACTION: <number>``. Both get 1 for the right pick, 0 otherwise; with
 ``partial_credit`` a wrong pick still earns the fraction of the target's attributes it shares.
 
 Version history:
-- v0: first version.
+- v0: first version (the speaker talks in round 1 only).
 """
 
 from __future__ import annotations
@@ -87,6 +87,10 @@ class SignalRules(Rules):
     def needs_action(self, agent: str, round: int) -> bool:
         """Only the listener acts, in the last round."""
         return agent == self.listener and round == 1
+
+    def can_talk(self, agent: str, round: int) -> bool:
+        """The speaker talks in round 1 only; after that nobody would hear it in time."""
+        return agent == self.speaker and round == 0
 
     def private_info(self, agent: str) -> str:
         """The speaker sees the target; the listener sees the numbered candidates."""

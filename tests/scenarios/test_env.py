@@ -56,8 +56,10 @@ def test_a_snapshot_restored_into_a_fresh_env_replays_after_a_different_branch(n
     original = run(env, "random", rng)
     returns = env.returns
     # a counterfactual branch: every agent writes something else
-    env.restore(snapshot)
-    branch = run(env, "random", random.Random(99))
+    branches = []
+    for branch_seed in range(90, 95):  # a random bot can repeat the original by chance
+        env.restore(snapshot)
+        branches.append(run(env, "random", random.Random(branch_seed)))
     # the original again, in the same env and in a brand-new one
     env.restore(snapshot)
     rng.setstate(rng_state)
@@ -67,7 +69,7 @@ def test_a_snapshot_restored_into_a_fresh_env_replays_after_a_different_branch(n
     rng.setstate(rng_state)
     assert run(fresh, "random", rng) == original and fresh.returns == returns
     assert fresh.log[-1].round == env.log[-1].round
-    assert branch != original, "the branch really went elsewhere"
+    assert any(b != original for b in branches), "the branches really went elsewhere"
 
 
 def test_restore_keeps_the_snapshot_reusable_and_independent() -> None:
