@@ -46,6 +46,14 @@ def _check_policy(key: str, policy: PolicyConfig) -> None:
         _positive(f"{key}.lr", policy.lr)
     if policy.beta is not None:
         _positive(f"{key}.beta", policy.beta, allow_zero=True)
+    lora = policy.lora
+    if lora is not None:
+        _positive(f"{key}.lora.r", lora.r)
+        _positive(f"{key}.lora.alpha", lora.alpha)
+        if not 0 <= lora.dropout < 1:
+            raise ConfigError(f"{key}.lora.dropout: must be in [0, 1), got {lora.dropout}")
+        if not lora.target_modules:
+            raise ConfigError(f"{key}.lora.target_modules: name at least one module")
 
 
 @dataclass
@@ -176,14 +184,6 @@ class LoraSettings:
     alpha: int = 16
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
-
-    def __post_init__(self) -> None:
-        _positive("lora.r", self.r)
-        _positive("lora.alpha", self.alpha)
-        if not 0 <= self.dropout < 1:
-            raise ConfigError(f"lora.dropout: must be in [0, 1), got {self.dropout}")
-        if not self.target_modules:
-            raise ConfigError("lora.target_modules: name at least one module")
 
 
 @dataclass

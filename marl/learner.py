@@ -3,6 +3,10 @@
 Only the agent's own generated tokens count (the turn record's mask); received messages and
 environment text are in the prompt and never trained on. Turns whose advantage is exactly zero
 carry no policy gradient and are skipped when there is no KL term.
+
+The learner trains whatever parameters of its model require gradients: every weight of a full
+model, only the adapter of a peft LoRA model (whose KL reference is then the same model with the
+adapter switched off, not a second copy).
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ class Learner:
                 params, lr=settings.lr, weight_decay=settings.weight_decay
             )
         self.reference: nn.Module | None = None
-        if settings.beta > 0:
+        # A LoRA (peft) model's reference is its own base with the adapter switched off: no copy.
+        self.reference_is_base = settings.beta > 0 and hasattr(model, "disable_adapter")
+        if settings.beta > 0 and not self.reference_is_base:
             self.reference = copy.deepcopy(model).eval()
             for p in self.reference.parameters():
                 p.requires_grad_(False)
@@ -115,6 +121,9 @@ class Learner:
                 if self.reference is not None:
                     with torch.no_grad():
                         ref_logp, _ = self._logprobs(self.reference, batch)  # (B, T)
+                elif self.reference_is_base:
+                    with torch.no_grad(), self.model.disable_adapter():
+                        ref_logp, _ = self._logprobs(self.model, batch)  # (B, T)
                 loss, batch_metrics = policy_loss(
                     logp_new,
                     logp_old,

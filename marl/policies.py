@@ -1,16 +1,37 @@
-"""Build a policy's model, backend and learner from the config."""
+"""Build policies from the config: the inference side (backends) and the learning side.
+
+- :class:`InferencePolicies` is what a rollout worker holds: one generation backend per policy,
+  built through the backend registry (``config.backend``: ``hf``, ``vllm``...). LoRA policies
+  over the same base model share ONE backend, each as a named adapter; frozen full policies over
+  that base use its plain rows. Trainable full policies get a backend each.
+- :class:`PolicyLearner` is one trainable policy's learner: its own model (or, in one process,
+  the backend's model itself, trained in place), optimizer, and the weights it publishes.
+- A :class:`WeightPayload` carries a policy's new weights (a full state dict, or only the adapter
+  for a LoRA policy) from its learner to the inference side.
+"""
 
 from __future__ import annotations
 
-from marl.agents.backends import PolicyBackend, SamplingConfig, make_backend
+import hashlib
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from marl.agents.backends import Generation, PolicyBackend, SamplingConfig, make_backend
 from marl.agents.models import ModelSpec, load_model
-from marl.config import Config
+from marl.config import Config, LoraSettings, ModelConfig
 from marl.learner import Learner, LearnerSettings
+from marl.policy_map import PolicyPlan, PolicySpec
 
 
-def model_spec(config: Config) -> ModelSpec:
-    """The agents-layer model spec of a config."""
-    m = config.model
+def model_spec(config: Config | ModelConfig) -> ModelSpec:
+    """The agents-layer model spec of a config (or of one model config)."""
+    m = config.model if isinstance(config, Config) else config
     return ModelSpec(
         kind=m.kind,
         path=m.path,
@@ -29,22 +50,32 @@ def sampling_config(config: Config) -> SamplingConfig:
     return SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p)
 
 
-def build_backend(config: Config) -> PolicyBackend:
-    """Load the model and wrap it in the configured generation backend."""
-    model, tokenizer = load_model(model_spec(config))
-    return make_backend(config.backend, model=model, tokenizer=tokenizer)
+def _register_backends() -> None:
+    import marl.agents.backends.hf  # noqa: F401 - registers "hf"
+
+    try:
+        import marl.agents.backends.vllm  # noqa: F401 - registers "vllm" (vLLM itself is lazy)
+    except ImportError:
+        pass
 
 
-def build_learner(config: Config, backend: PolicyBackend) -> Learner:
-    """A learner that trains the backend's own model in place (colocated, one process)."""
+def build_backend(config: Config, model: ModelConfig | None = None, **kwargs: Any) -> PolicyBackend:
+    """Load a model (the run's, or ``model``) and wrap it in the configured backend."""
+    _register_backends()
+    loaded, tokenizer = load_model(model_spec(model or config.model))
+    return make_backend(config.backend, model=loaded, tokenizer=tokenizer, **kwargs)
+
+
+def learner_settings(config: Config, lr: float | None = None, beta: float | None = None):  # noqa: ANN201
+    """The update hyper-parameters of ``config.algo`` (``lr``/``beta`` per policy)."""
     a, s = config.algo, config.sampling
-    settings = LearnerSettings(
-        lr=a.lr,
+    return LearnerSettings(
+        lr=a.lr if lr is None else lr,
         weight_decay=a.weight_decay,
         max_grad_norm=a.max_grad_norm,
         clip_eps=a.clip_eps,
         clip_eps_high=a.clip_eps_high,
-        beta=a.beta,
+        beta=a.beta if beta is None else beta,
         level=a.level,
         aggregation=a.aggregation,
         epochs=a.epochs,
@@ -53,5 +84,299 @@ def build_learner(config: Config, backend: PolicyBackend) -> Learner:
         top_p=s.top_p,
         max_new_tokens=s.max_new_tokens,
     )
+
+
+def build_learner(config: Config, backend: PolicyBackend) -> Learner:
+    """A learner that trains the backend's own model in place (colocated, one process)."""
     pad = backend.tokenizer.pad_token_id or 0
-    return Learner(backend.model, settings, pad_token_id=pad, seed=config.seed)
+    return Learner(backend.model, learner_settings(config), pad_token_id=pad, seed=config.seed)
+
+
+def peft_lora_config(settings: LoraSettings) -> Any:
+    """The peft ``LoraConfig`` of a policy's LoRA settings."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+    )
+
+
+def policy_seed(seed: int, policy_id: str) -> int:
+    """A policy's own seed (its learner's minibatch order, its adapter's initial weights)."""
+    digest = hashlib.sha256(f"{seed}:{policy_id}".encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+@dataclass
+class WeightPayload:
+    """A policy's weights on their way from its learner to the inference side."""
+
+    policy_id: str
+    kind: str  # "full" (every base weight) or "adapter" (peft adapter state dict)
+    state: dict[str, torch.Tensor]
+    version: int  # the number of updates the learner has made
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the tensors (the sync traffic of this policy, per receiver)."""
+        return sum(t.numel() * t.element_size() for t in self.state.values())
+
+
+class AdapterBackend:
+    """One policy's view of a shared base backend: every row uses the policy's adapter (or the
+    plain base, for ``adapter=None``). Weight pushes go to that adapter only."""
+
+    def __init__(self, base: PolicyBackend, adapter: str | None, lora_config: Any = None) -> None:
+        self.base = base
+        self.adapter = adapter
+        self.lora_config = lora_config
+        self.tokenizer = base.tokenizer
+
+    @property
+    def model(self) -> Any:
+        """The shared base backend's model."""
+        return self.base.model  # type: ignore[attr-defined]
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        adapters: Sequence[str | None] | None = None,
+        seed: int | None = None,
+    ) -> list[list[Generation]]:
+        """Generate with this policy's adapter on every row (one batched call)."""
+        rows = [self.adapter] * len(prompts) if adapters is None else list(adapters)
+        return self.base.generate(prompts, sampling, adapters=rows, seed=seed)
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Replace this policy's adapter weights."""
+        if self.adapter is None:
+            raise ValueError("a frozen base-model view takes no weight pushes")
+        self.base.add_adapter(self.adapter, state_dict, config=self.lora_config)  # type: ignore[call-arg]
+
+    def add_adapter(self, name: str, state_dict: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Adapters are managed on the shared base backend."""
+        self.base.add_adapter(name, state_dict)
+
+    def remove_adapter(self, name: str) -> None:
+        """Adapters are managed on the shared base backend."""
+        self.base.remove_adapter(name)
+
+
+class InferencePolicies:
+    """The inference side of every policy in a plan: what a rollout worker generates with."""
+
+    def __init__(self, plan: PolicyPlan, config: Config, device: str | None = None) -> None:
+        _register_backends()
+        self.plan = plan
+        self.backends: dict[str, PolicyBackend] = {}
+        self.versions: dict[str, int] = {}
+        shared: dict[tuple, PolicyBackend] = {}  # base key -> backend shared by LoRA/frozen
+        specs = plan.policies
+        lora_bases = {s.base_key for s in specs.values() if s.lora is not None}
+        adapters_per_base: dict[tuple, int] = {}
+        for s in specs.values():
+            if s.lora is not None:
+                adapters_per_base[s.base_key] = adapters_per_base.get(s.base_key, 0) + 1
+        for pid, spec in specs.items():
+            if spec.lora is not None or (not spec.trainable and spec.base_key in lora_bases):
+                base = shared.get(spec.base_key)
+                if base is None:
+                    extra = {}
+                    if config.backend == "vllm":  # room for every adapter in one batch
+                        extra["max_adapters"] = max(4, adapters_per_base.get(spec.base_key, 0))
+                        extra["max_lora_rank"] = max(
+                            [16] + [s.lora.r for s in specs.values() if s.lora is not None]
+                        )
+                    base = _backend(config, spec.model, device, **extra)
+                    shared[spec.base_key] = base
+                lora = peft_lora_config(spec.lora) if spec.lora is not None else None
+                if spec.adapter is not None:
+                    base.add_adapter(spec.adapter, None, config=lora)  # type: ignore[call-arg]
+                self.backends[pid] = AdapterBackend(base, spec.adapter, lora)
+            elif not spec.trainable:  # frozen full policies over one base share it too
+                base = shared.get(spec.base_key) or _backend(config, spec.model, device)
+                shared[spec.base_key] = base
+                self.backends[pid] = base
+            else:
+                self.backends[pid] = _backend(config, spec.model, device)
+            self.versions[pid] = 0
+
+    def load(self, payload: WeightPayload) -> None:
+        """Push a learner's new weights (or adapter) into the policy's backend."""
+        backend = self.backends[payload.policy_id]
+        backend.load_weights(payload.state)
+        self.versions[payload.policy_id] = payload.version
+
+    def logprobs(
+        self, policy_id: str, prompt_ids: Sequence[int], response_ids: Sequence[int], config: Config
+    ) -> list[float]:
+        """Logprob of each response token under ``policy_id`` as the rollout side holds it."""
+        from marl.agents.logprobs import sequence_logprobs
+
+        backend = self.backends[policy_id]
+        model = backend.model  # type: ignore[attr-defined]
+        adapter = getattr(backend, "adapter", None)
+        s = config.sampling
+        with torch.no_grad(), _adapter_active(model, adapter):
+            values, _ = sequence_logprobs(
+                model,
+                [list(prompt_ids)],
+                [list(response_ids)],
+                temperature=s.temperature or 1.0,
+                top_p=s.top_p,
+                pad_token_id=backend.tokenizer.pad_token_id or 0,
+            )
+        return values[0].tolist()
+
+
+@contextmanager
+def _adapter_active(model: Any, adapter: str | None) -> Iterator[None]:
+    """Run a forward pass of a (possibly peft-wrapped) model with ``adapter`` only, or with no
+    adapter at all for ``None``."""
+    if not hasattr(model, "peft_config"):
+        yield
+    elif adapter is None:
+        with model.disable_adapter():
+            yield
+    else:
+        model.set_adapter(adapter)
+        yield
+
+
+def _backend(
+    config: Config, model: ModelConfig, device: str | None, **kwargs: Any
+) -> PolicyBackend:
+    loaded, tokenizer = load_model(model_spec(model))
+    if device is not None:
+        loaded = loaded.to(device)
+    return make_backend(config.backend, model=loaded, tokenizer=tokenizer, **kwargs)
+
+
+class PolicyLearner:
+    """One trainable policy's learner.
+
+    ``model``: train this model in place (a colocated backend's own model, one process; the
+    inference side then needs no weight push). Otherwise the learner loads its own copy of the
+    policy's base model and, for a LoRA policy, wraps it with the policy's adapter (peft); only
+    the adapter trains and only the adapter is published.
+    """
+
+    def __init__(
+        self,
+        spec: PolicySpec,
+        config: Config,
+        device: str | None = None,
+        model: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
+        self.spec = spec
+        self.colocated = model is not None
+        if model is None:
+            model, tokenizer = load_model(model_spec(spec.model))
+            if device is not None:
+                model = model.to(device)
+            if spec.lora is not None:
+                model = _with_adapter(model, spec, config.seed)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.learner = Learner(
+            model,
+            learner_settings(config, lr=spec.lr, beta=spec.beta),
+            pad_token_id=tokenizer.pad_token_id or 0,
+            seed=policy_seed(config.seed, spec.id),
+        )
+        self.config = config
+        self.version = 0
+        self.window = (0.0, 0.0)  # wall-clock start and end of the last update
+
+    def update(self, turns: Sequence[Any]) -> dict[str, float]:
+        """One update on this policy's turns (the caller passes only its agents' turns)."""
+        start = time.time()
+        foreign = sorted({t.agent for t in turns if t.policy_id != self.spec.id})
+        if foreign:
+            raise ValueError(
+                f"learner of policy {self.spec.id!r} was given turns of agents {foreign}, which "
+                "play other policies"
+            )
+        metrics = self.learner.update(turns)
+        self.version += 1
+        self.window = (start, time.time())
+        metrics["update_time"] = self.window[1] - start
+        return metrics
+
+    def weights(self) -> WeightPayload:
+        """The weights the inference side needs: the adapter of a LoRA policy, else every
+        base weight (detached CPU copies, ready to ship)."""
+        if self.spec.lora is not None:
+            from peft import get_peft_model_state_dict
+
+            state = get_peft_model_state_dict(self.model, adapter_name=self.spec.adapter)
+            kind = "adapter"
+        else:
+            state = self.model.state_dict()
+            kind = "full"
+        state = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+        return WeightPayload(self.spec.id, kind, state, self.version)
+
+    def logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> list[float]:
+        """Logprob of each response token under the learner's current weights."""
+        from marl.agents.logprobs import sequence_logprobs
+
+        s = self.config.sampling
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            values, _ = sequence_logprobs(
+                self.model,
+                [list(prompt_ids)],
+                [list(response_ids)],
+                temperature=s.temperature or 1.0,
+                top_p=s.top_p,
+                pad_token_id=self.tokenizer.pad_token_id or 0,
+            )
+        self.model.train(was_training)
+        return values[0].tolist()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Weights, optimizer, RNG and version: what a checkpoint keeps of this policy."""
+        payload = self.weights()
+        return {
+            "kind": payload.kind,
+            "weights": payload.state,
+            "learner": self.learner.state_dict(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        if state.get("kind", "full") == "adapter":
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.model, state["weights"], adapter_name=self.spec.adapter)
+        else:
+            self.model.load_state_dict(state["weights"])
+        self.learner.load_state_dict(state["learner"])
+        self.version = int(state.get("version", 0))
+
+    def info(self) -> dict[str, Any]:
+        """Where this learner runs (process, device)."""
+        return {
+            "policy": self.spec.id,
+            "pid": os.getpid(),
+            "device": str(next(self.model.parameters()).device),
+            "update_window": self.window,
+            "version": self.version,
+        }
+
+
+def _with_adapter(model: Any, spec: PolicySpec, seed: int) -> Any:
+    """Wrap ``model`` with the policy's LoRA adapter; its initial weights follow the seed."""
+    from peft import get_peft_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(policy_seed(seed, spec.id))
+        return get_peft_model(model, peft_lora_config(spec.lora), adapter_name=spec.adapter)

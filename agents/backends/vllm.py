@@ -66,7 +66,7 @@ _LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[A
 
 
 class VLLMSetupError(RuntimeError):
-    """vLLM cannot run as asked, for a reason the user can fix (not installed, model unsupported)."""
+    """vLLM cannot run as asked, for a reason the user can fix (not installed, bad model)."""
 
 
 def _all_cores() -> str:

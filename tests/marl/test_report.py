@@ -1,0 +1,55 @@
+"""``marl report``: groups runs by config, averages seeds with a 95% CI, writes a plot."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from torch.utils.tensorboard import SummaryWriter
+
+from marl.errors import RunError
+from marl.report import main, mean_ci, t95
+
+
+def fake_run(root: Path, name: str, lr: float, seed: int, rewards: list[float]) -> None:
+    run = root / name
+    (run / "tensorboard").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"seed": seed, "algo": {"lr": lr}}))
+    writer = SummaryWriter(str(run / "tensorboard"))
+    for step, value in enumerate(rewards, start=1):
+        writer.add_scalar("team/reward", value, step)
+    writer.close()
+
+
+def test_mean_ci_matches_the_t_interval() -> None:
+    mean, half = mean_ci([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert math.isclose(half, 4.303 * 1.0 / math.sqrt(3), rel_tol=1e-9)
+    assert math.isnan(mean_ci([5.0])[1])
+    assert t95(1000) == 1.96
+
+
+def test_report_groups_seeds_and_writes_plot(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    fake_run(tmp_path, "a0", 0.1, 0, [0.0, 0.5, 1.0])
+    fake_run(tmp_path, "a1", 0.1, 1, [0.0, 0.3, 0.8])
+    fake_run(tmp_path, "b0", 0.2, 0, [0.0, 0.1, 0.2])
+    assert main([str(tmp_path), "--last", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "algo.lr=0.1" in printed and "algo.lr=0.2" in printed
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    rows = {row["group"]: row for row in summary["rows"]}
+    assert rows["algo.lr=0.1"]["seeds"] == 2
+    assert math.isclose(rows["algo.lr=0.1"]["final"], 0.9, rel_tol=1e-6)  # float32 events
+    assert rows["algo.lr=0.2"]["seeds"] == 1
+    assert (tmp_path / "report" / "team_reward.png").stat().st_size > 1000
+
+
+def test_report_names_missing_directory_and_tag(tmp_path: Path) -> None:
+    with pytest.raises(RunError, match="no such directory"):
+        main([str(tmp_path / "nope")])
+    fake_run(tmp_path, "a0", 0.1, 0, [0.0])
+    with pytest.raises(RunError, match="agents/x/reward"):
+        main([str(tmp_path), "--tag", "agents/x/reward"])
