@@ -248,7 +248,7 @@ class RayConfig:
         _positive("ray.num_rollout_workers", self.num_rollout_workers)
         _positive("ray.worker_num_cpus", self.worker_num_cpus, allow_zero=True)
         _positive("ray.worker_num_gpus", self.worker_num_gpus, allow_zero=True)
-        _positive("ray.learner_num_cpus", self.learner_num_cpus, allow_zero=True)
+        _positive("ray.learner_num_cpus", self.learner_num_cpus)
         _positive("ray.placement_timeout_s", self.placement_timeout_s)
         _positive("ray.max_worker_restarts", self.max_worker_restarts, allow_zero=True)
         for key in ("num_cpus", "num_gpus"):

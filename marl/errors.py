@@ -14,7 +14,11 @@ class RunError(RuntimeError):
 # (module, class) pairs of user errors defined in heavy modules. They are looked up only when
 # the module is already imported: an error class can only be raised once its module is loaded,
 # and `marl validate` should not pay for importing torch.
-_LAZY = (("marl.config", "ConfigError"), ("marl.agents.models", "ModelFetchError"))
+_LAZY = (
+    ("marl.config", "ConfigError"),
+    ("marl.agents.models", "ModelFetchError"),
+    ("marl.agents.backends.vllm", "VLLMSetupError"),  # vllm not installed, unsupported model
+)
 
 
 def user_errors() -> tuple[type[BaseException], ...]:

@@ -1,60 +1,36 @@
 """``marl train``: the driver. One iteration is rollout -> credit -> update -> sync -> log ->
-checkpoint; each phase is a function (STYLE.md habit 9).
+checkpoint; each phase is a function or a runtime method (STYLE.md habit 9).
 
-This is the single-process trainer: one shared policy, generation and learning colocated on the
-same model (the weight sync is a no-op).
+Policies come from ``sharing`` / ``policies`` / ``policy_map`` (:mod:`marl.policy_map`), checked
+against the scenario's agents before anything is built. The phases run in this process
+(``ray.enabled=false``) or on Ray actors (:mod:`marl.ray_runtime`); the loop is the same.
 """
 
 from __future__ import annotations
 
-import random
+import json
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from marl.checkpoint import load_checkpoint, save_checkpoint
-from marl.config import Config, load_config
-from marl.credit_phase import backend_generate, credit_phase, make_engine, mean_influence
+from marl.config import Config, ConfigError, load_config
+from marl.credit import is_counterfactual
+from marl.credit_phase import credit_phase, make_engine, mean_influence
 from marl.metrics import rollout_metrics
-from marl.policies import build_backend, build_learner, sampling_config
-from marl.rollout import EpisodeSlot, RolloutResult, run_episodes
+from marl.policy_map import PolicyPlan, plan_for
+from marl.rollout import RolloutResult
+from marl.runtime import Runtime, make_runtime
 from marl.scenarios.registry import make
 from marl.scenarios.transcript import render_transcript
 from marl.seeding import rng_states, seed_everything, set_rng_states
 from marl.tensorboard import TensorBoardLogger
+from marl.workers import step_seeds
 
-SHARED = "shared"
-
-
-def step_seeds(seed: int, step: int, count: int) -> list[int]:
-    """The scenario seeds of one iteration: a pure function of (run seed, step)."""
-    rng = random.Random(f"{seed}:{step}:scenario")
-    return [rng.randrange(2**31) for _ in range(count)]
-
-
-def rollout_phase(config: Config, envs: list, backend, step: int) -> RolloutResult:  # noqa: ANN001
-    """Play B seeds x G episodes with the current policy."""
-    t = config.train
-    seeds = step_seeds(config.seed, step, t.seeds_per_step)
-    slots = [
-        EpisodeSlot(
-            env=envs[b * t.group_size + g],
-            seed=seeds[b],
-            group_id=b,
-            episode_id=b * t.group_size + g,
-        )
-        for b in range(t.seeds_per_step)
-        for g in range(t.group_size)
-    ]
-    return run_episodes(
-        slots,
-        {SHARED: backend},
-        lambda agent: SHARED,
-        sampling_config(config),
-        seed=config.seed * 1_000_003 + step,
-    )
+__all__ = ["check_config", "policy_states", "run_dir_of", "step_seeds", "train"]
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -67,98 +43,149 @@ def run_dir_of(cfg: DictConfig) -> Path:
         return Path.cwd()
 
 
+def check_config(config: Config) -> PolicyPlan | None:
+    """Every cross-field check that needs the scenario; the policy plan (None when scripted)."""
+    if config.agents == "scripted":
+        if is_counterfactual(config.credit.name):
+            raise ConfigError(
+                f"credit.name: {config.credit.name!r} re-simulates with the policies' own "
+                "generation; scripted agents (agents=scripted) support credit=team only"
+            )
+        return None
+    return plan_for(config)
+
+
+def policy_states(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per-policy learner states of a checkpoint (single-policy checkpoints of earlier versions
+    held one ``model`` and one ``learner``)."""
+    if "policies" in state:
+        return state["policies"]
+    return {
+        "shared": {
+            "kind": "full",
+            "weights": state["model"],
+            "learner": state["learner"],
+            "version": int(state.get("step", 0)),
+        }
+    }
+
+
 def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str, float]:
     """Train as configured; returns the last iteration's metrics."""
     config = load_config(cfg)
+    plan = check_config(config)
+    resume = load_checkpoint(config.resume) if config.resume else None
     run_dir = Path(run_dir) if run_dir is not None else run_dir_of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+    config_yaml = OmegaConf.to_yaml(OmegaConf.structured(config))
+    (run_dir / "config.yaml").write_text(config_yaml)
     seed_everything(config.seed)
 
-    t = config.train
-    envs = [
-        make(config.scenario.name, **config.scenario.overrides)
-        for _ in range(t.seeds_per_step * t.group_size)
-    ]
-    backend = build_backend(config)
-    learner = build_learner(config, backend)
-    start = 0
-    if config.resume:
-        state = load_checkpoint(config.resume)
-        backend.model.load_state_dict(state["model"])
-        learner.load_state_dict(state["learner"])
-        set_rng_states(state["rng"])
-        start = int(state["step"])
-
-    engine = make_engine(
-        config.credit,
-        lambda: make(config.scenario.name, **config.scenario.overrides),
-        backend_generate(
-            {SHARED: backend}, lambda agent: SHARED, sampling_config(config), seed=config.seed + 7
-        ),
-    )
+    runtime = make_runtime(config, plan)
     logger = TensorBoardLogger(run_dir / "tensorboard", enabled=config.logging.tensorboard)
-    logger.text("config", OmegaConf.to_yaml(OmegaConf.structured(config)), 0)
-    progress = _progress(start, t.steps, config.logging.progress)
+    t = config.train
+    start = 0
+    progress = None
     metrics: dict[str, float] = {}
     try:
+        if resume is not None:
+            runtime.load_state(policy_states(resume))
+            set_rng_states(resume["rng"])
+            start = int(resume["step"])
+        placement = runtime.placement()
+        (run_dir / "placement.json").write_text(json.dumps(placement, indent=2, default=str))
+        logger.text("config", config_yaml, 0)
+        logger.text("placement", "```\n" + json.dumps(placement, indent=2, default=str) + "\n```", 0)
+        engine = make_engine(
+            config.credit,
+            lambda: make(config.scenario.name, **config.scenario.overrides),
+            runtime.credit_generate,
+        )
+        progress = _progress(start, t.steps, config.logging.progress)
         for step in range(start, t.steps):
             began = time.perf_counter()
-            rollout = rollout_phase(config, envs, backend, step)
+            rollout = runtime.rollout(step)
             rollout_time = time.perf_counter() - began
             credit_result, credit_metrics = credit_phase(
                 config.credit, rollout, engine, config.algo.advantage
             )
             update_began = time.perf_counter()
-            policy_metrics = learner.update(rollout.turns)
+            updates = runtime.update(rollout.turns)
             update_time = time.perf_counter() - update_began
-            # sync: generation and learning share one model object here, nothing to push.
+            sync_began = time.perf_counter()
+            runtime.sync()
+            sync_time = time.perf_counter() - sync_began
             metrics = rollout_metrics(rollout)
             metrics.update(credit_metrics)
-            policy_metrics.pop("entropy_proxy", None)  # the rollout's estimate covers every turn
-            metrics.update({f"policies/{SHARED}/{k}": v for k, v in policy_metrics.items()})
+            metrics.update(_policy_metrics(updates))
             step_time = time.perf_counter() - began
             metrics.update(
                 {
                     "perf/step_time": step_time,
                     "perf/rollout_time": rollout_time,
                     "perf/update_time": update_time,
+                    "perf/sync_time": sync_time,
                     "perf/generated_tokens_per_s": rollout.generated_tokens
                     / max(rollout_time, 1e-9),
                     "perf/generate_calls": float(rollout.generate_calls),
                 }
             )
             logger.scalars(metrics, step + 1)
-            every = config.logging.transcripts_every
-            if every and (step % every == 0 or step + 1 == t.steps):
-                logger.text(
-                    "transcripts/episode_0", render_transcript(rollout.slots[0].env), step + 1
-                )
-                influence = mean_influence(credit_result)
-                if influence is not None:
-                    logger.heatmap("credit/influence", *influence, step=step + 1)
+            _log_samples(logger, config, rollout, credit_result, step)
             last = step + 1 == t.steps
             if last or (t.checkpoint_every and (step + 1) % t.checkpoint_every == 0):
-                save_checkpoint(
-                    run_dir,
-                    step + 1,
-                    {
-                        "model": backend.model.state_dict(),
-                        "learner": learner.state_dict(),
-                        "rng": rng_states(),
-                        "step": step + 1,
-                        "config": asdict(config),
-                    },
-                )
+                save_checkpoint(run_dir, step + 1, _checkpoint(config, runtime, step + 1))
             progress.update(1)
             progress.set_postfix(
                 reward=f"{metrics.get('team/reward', 0.0):+.3f}", step_s=f"{step_time:.1f}"
             )
     finally:
-        progress.close()
+        if progress is not None:
+            progress.close()
         logger.close()
+        runtime.close()
     print(f"tensorboard logs: {run_dir / 'tensorboard'}  (view: tensorboard --logdir {run_dir})")
     return metrics
+
+
+def _policy_metrics(updates: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``policies/<id>/<metric>``; timings go under ``perf/``."""
+    out: dict[str, float] = {}
+    for pid, values in updates.items():
+        values = dict(values)
+        values.pop("entropy_proxy", None)  # the rollout's estimate covers every turn
+        duration = values.pop("update_time", None)
+        if duration is not None:
+            out[f"perf/policies/{pid}/update_time"] = duration
+        out.update({f"policies/{pid}/{k}": v for k, v in values.items()})
+    return out
+
+
+def _log_samples(
+    logger: TensorBoardLogger, config: Config, rollout: RolloutResult, credit: Any, step: int
+) -> None:
+    every = config.logging.transcripts_every
+    if not every or not (step % every == 0 or step + 1 == config.train.steps):
+        return
+    logger.text("transcripts/episode_0", render_transcript(rollout.slots[0].env), step + 1)
+    influence = mean_influence(credit)
+    if influence is not None:
+        logger.heatmap("credit/influence", *influence, step=step + 1)
+
+
+def _checkpoint(config: Config, runtime: Runtime, step: int) -> dict[str, Any]:
+    policies = runtime.state()
+    state: dict[str, Any] = {
+        "policies": policies,
+        "rng": rng_states(),
+        "step": step,
+        "config": asdict(config),
+    }
+    if len(policies) == 1:  # single-policy runs: the weights also under "model", as before
+        (only,) = policies.values()
+        if only["kind"] == "full":
+            state["model"] = only["weights"]
+    return state
 
 
 def _progress(start: int, total: int, enabled: bool):  # noqa: ANN202

@@ -1,0 +1,364 @@
+"""The Ray runtime: rollout worker actors and one learner actor per trainable policy.
+
+The trainer's process is the driver. It calls coarse methods on the actors:
+
+- **Rollout workers** (``ray.num_rollout_workers``) each hold environment copies and the
+  inference side of every policy, built through the backend registry (``backend=hf|vllm``).
+  A step's GRPO groups are dealt to them in contiguous blocks.
+- **Learners**: one actor per trainable policy, all reserved together by ONE placement group with
+  a bundle per learner (``{"CPU": ray.learner_num_cpus, "GPU": policies.<id>.num_gpus}``), so a
+  run either gets every device it asked for or fails before it starts. Frozen policies get no
+  learner and no GPU. ``ray.placement_strategy`` spreads or packs the bundles over nodes.
+- **Updates** are submitted to every learner at once and gathered with one ``ray.get`` on the
+  list: independent learners run concurrently.
+- **Sync**: after each update every learner publishes its weights (a LoRA policy only its
+  adapter) to the object store ONCE; every worker loads them from there before the next rollout.
+- **Fault tolerance**: a worker that dies (its process killed, its node lost) is replaced by a
+  new actor, which first loads the current weights and is then given the same call again. A
+  worker's result is a pure function of (step, groups, weights), so the retried call returns
+  what the dead one would have: no step is lost and none is counted twice. (Learner deaths are
+  fatal: a learner's optimizer state lives only in it and in the last checkpoint.)
+
+``ray.address`` joins an existing cluster; otherwise a local one is started with
+``ray.num_cpus`` / ``ray.num_gpus`` (logical GPUs on a CPU machine are enough to test placement)
+and shut down by :meth:`RayRuntime.close`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from marl.config import Config, ConfigError, RayConfig
+from marl.errors import RunError
+from marl.policies import PolicyLearner
+from marl.policy_map import PolicyPlan, assign_gpus
+from marl.rollout import RolloutResult
+from marl.workers import RolloutWorker, split_groups
+
+
+def _actor_device() -> str | None:
+    """CUDA when Ray gave this actor a GPU that torch can see (logical GPUs: CPU)."""
+    if not ray.get_gpu_ids():
+        return None
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def _where() -> dict[str, Any]:
+    return {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+    }
+
+
+class LearnerActor(PolicyLearner):
+    """A :class:`PolicyLearner` in its own actor, on the device its bundle reserved."""
+
+    def __init__(self, spec: Any, config: Config) -> None:
+        super().__init__(spec, config, device=_actor_device())
+
+    def info(self) -> dict[str, Any]:
+        """Process, node, GPU ids, device and last update window."""
+        return {**super().info(), **_where()}
+
+
+class WorkerActor(RolloutWorker):
+    """A :class:`RolloutWorker` in its own actor."""
+
+    def __init__(self, config: Config, plan: PolicyPlan | None, index: int) -> None:
+        super().__init__(config, plan, index=index, device=_actor_device())
+
+    def load_many(self, *payloads: Any) -> dict[str, int]:
+        """Load several policies' weights (object refs passed as arguments arrive resolved)."""
+        for payload in payloads:
+            self.load_weights(payload)
+        return self.versions()
+
+    def info(self) -> dict[str, Any]:
+        """Process, node and GPU ids."""
+        return {**super().info(), **_where()}
+
+
+_LearnerRemote = ray.remote(LearnerActor)
+_WorkerRemote = ray.remote(WorkerActor)
+
+
+def connect(settings: RayConfig) -> bool:
+    """Join ``ray.address`` or start a local cluster; returns whether this call started Ray.
+
+    A process already connected keeps its session (and the caller must not shut it down).
+    """
+    if ray.is_initialized():
+        return False
+    common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if settings.address:
+        ray.init(address=settings.address, **common)
+    else:
+        ray.init(num_cpus=settings.num_cpus, num_gpus=settings.num_gpus, **common)
+    return True
+
+
+def cluster_gpus() -> tuple[float, float]:
+    """(GPUs in the cluster, most GPUs on one live node)."""
+    per_node = [n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")]
+    return float(sum(per_node)), float(max(per_node, default=0.0))
+
+
+@dataclass
+class PendingCalls:
+    """Calls submitted to workers and not yet gathered: worker index -> (ref, method, args)."""
+
+    calls: dict[int, tuple[Any, str, tuple]]
+
+
+class RayRuntime:
+    """Rollout workers and learners as Ray actors; see the module docstring."""
+
+    def __init__(self, config: Config, plan: PolicyPlan | None) -> None:
+        self.config = config
+        self.plan = plan
+        self.settings = config.ray
+        self.workers: list[Any] = []
+        self.learners: dict[str, Any] = {}
+        self.requests: dict[str, float] = {}
+        self.restarts = 0  # rollout workers replaced so far
+        self._pg = None
+        self._weights: dict[str, Any] = {}  # policy id -> object ref of its newest weights
+        self.sync_bytes = 0
+        s = self.settings
+        reserved = self._workers_wanted() * s.worker_num_gpus
+        if plan is not None and not s.address and s.num_gpus is not None and not ray.is_initialized():
+            assign_gpus(plan, s.num_gpus, source="ray.num_gpus", reserved=reserved)  # before Ray
+        self._started = connect(s)
+        try:
+            self._start(reserved)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ start-up
+
+    def _workers_wanted(self) -> int:
+        return min(self.settings.num_rollout_workers, self.config.train.seeds_per_step)
+
+    def _start(self, reserved: float) -> None:
+        s, plan = self.settings, self.plan
+        total, largest = cluster_gpus()
+        source = f"the Ray cluster at {s.address}" if s.address else "the Ray cluster"
+        if plan is not None:
+            self.requests = assign_gpus(plan, total, largest, source=source, reserved=reserved)
+            self._place_learners()
+        for index in range(self._workers_wanted()):
+            self.workers.append(self._new_worker(index))
+        self.sync()
+
+    def _place_learners(self) -> None:
+        s, plan = self.settings, self.plan
+        assert plan is not None
+        ids = plan.trainable
+        if not ids:
+            return
+        bundles = []
+        for pid in ids:
+            bundle = {"CPU": s.learner_num_cpus}
+            if self.requests[pid] > 0:
+                bundle["GPU"] = self.requests[pid]
+            bundles.append(bundle)
+        self._pg = placement_group(bundles, strategy=s.placement_strategy)
+        try:
+            ray.get(self._pg.ready(), timeout=s.placement_timeout_s)
+        except GetTimeoutError:
+            raise RunError(
+                f"policies {', '.join(ids)}: the learners' placement group {bundles} "
+                f"(ray.placement_strategy={s.placement_strategy}) could not be placed within "
+                f"ray.placement_timeout_s={s.placement_timeout_s:g}s; the cluster has "
+                f"{ray.cluster_resources()}"
+            ) from None
+        for index, pid in enumerate(ids):
+            strategy = PlacementGroupSchedulingStrategy(
+                placement_group=self._pg, placement_group_bundle_index=index
+            )
+            self.learners[pid] = _LearnerRemote.options(
+                num_cpus=s.learner_num_cpus,
+                num_gpus=self.requests[pid],
+                scheduling_strategy=strategy,
+                max_restarts=0,
+            ).remote(plan.policies[pid], self.config)
+
+    def _new_worker(self, index: int) -> Any:
+        s = self.settings
+        return _WorkerRemote.options(
+            num_cpus=s.worker_num_cpus, num_gpus=s.worker_num_gpus, max_restarts=0
+        ).remote(self.config, self.plan, index)
+
+    # ------------------------------------------------------------------ worker calls
+
+    def _submit(self, calls: Sequence[tuple[int, str, tuple]]) -> PendingCalls:
+        return PendingCalls(
+            {i: (getattr(self.workers[i], m).remote(*args), m, args) for i, m, args in calls}
+        )
+
+    def _collect(self, pending: PendingCalls) -> dict[int, Any]:
+        """Gather the calls; a worker found dead is replaced and its call made again."""
+        results: dict[int, Any] = {}
+        calls = dict(pending.calls)
+        budget = self.settings.max_worker_restarts
+        while calls:
+            refs = {ref: i for i, (ref, _, _) in calls.items()}
+            ready, _ = ray.wait(list(refs), num_returns=1)
+            index = refs[ready[0]]
+            _, method, args = calls.pop(index)
+            try:
+                results[index] = ray.get(ready[0])
+            except RayActorError as err:
+                if budget == 0:
+                    raise RunError(
+                        f"rollout worker {index} died again after ray.max_worker_restarts="
+                        f"{self.settings.max_worker_restarts} replacements: {err}"
+                    ) from None
+                budget -= 1
+                self._replace_worker(index)
+                calls[index] = (getattr(self.workers[index], method).remote(*args), method, args)
+        return results
+
+    def _replace_worker(self, index: int) -> None:
+        """A new actor in place of worker ``index``, holding the current weights."""
+        try:
+            ray.kill(self.workers[index], no_restart=True)
+        except Exception:  # noqa: BLE001 - it is gone already
+            pass
+        self.restarts += 1
+        worker = self._new_worker(index)
+        ray.get(worker.load_many.remote(*self._weights.values()))
+        self.workers[index] = worker
+
+    # ------------------------------------------------------------------ phases
+
+    def submit_rollout(self, step: int) -> PendingCalls:
+        """Start the rollout of ``step`` on every worker (gather it with :meth:`collect_rollout`)."""
+        blocks = split_groups(self.config.train.seeds_per_step, len(self.workers))
+        return self._submit([(i, "rollout", (step, block)) for i, block in enumerate(blocks)])
+
+    def collect_rollout(self, pending: PendingCalls) -> RolloutResult:
+        """Gather the workers' results into one rollout, in group order."""
+        parts = self._collect(pending)
+        return merge_rollouts([parts[i] for i in sorted(parts)])
+
+    def rollout(self, step: int) -> RolloutResult:
+        """Play the iteration's groups on the workers."""
+        return self.collect_rollout(self.submit_rollout(step))
+
+    def update(self, turns: Sequence[Any]) -> dict[str, dict[str, float]]:
+        """Every learner on its own agents' turns, all at once; one ``ray.get`` on the list."""
+        assert self.plan is not None or not self.learners
+        ids = list(self.learners)
+        futures = [
+            self.learners[pid].update.remote(self.plan.turns_of(turns, pid))  # type: ignore[union-attr]
+            for pid in ids
+        ]
+        return dict(zip(ids, ray.get(futures)))
+
+    def sync(self) -> None:
+        """Each learner puts its weights in the object store once; every worker loads them."""
+        if not self.learners:
+            return
+        self._weights = {pid: learner.weights.remote() for pid, learner in self.learners.items()}
+        refs = tuple(self._weights.values())
+        self._collect(self._submit([(i, "load_many", refs) for i in range(len(self.workers))]))
+
+    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
+        """Re-simulation generation on worker 0."""
+        return self._collect(self._submit([(0, "credit_generate", (list(requests),))]))[0]
+
+    def call_worker(self, index: int, method: str, *args: Any) -> Any:
+        """Call one worker method (replacing the worker if it died); for tools and tests."""
+        return self._collect(self._submit([(index, method, args)]))[index]
+
+    def call_learner(self, policy_id: str, method: str, *args: Any) -> Any:
+        """Call one learner method and wait for it."""
+        return ray.get(getattr(self.learners[policy_id], method).remote(*args))
+
+    def state(self) -> dict[str, dict[str, Any]]:
+        """Every learner's checkpoint state."""
+        ids = list(self.learners)
+        return dict(zip(ids, ray.get([self.learners[p].state_dict.remote() for p in ids])))
+
+    def load_state(self, states: dict[str, dict[str, Any]]) -> None:
+        """Restore every learner, then sync the workers."""
+        missing = sorted(set(self.learners) - set(states))
+        if missing:
+            raise ConfigError(
+                f"resume: the checkpoint has no state for policies {missing} (it has: "
+                f"{', '.join(sorted(states)) or 'none'}); was it written with other policies?"
+            )
+        ray.get([self.learners[p].load_state_dict.remote(states[p]) for p in self.learners])
+        self.sync()
+
+    def placement(self) -> dict[str, Any]:
+        """Where every learner and worker runs (node, GPU ids, process)."""
+        learners = dict(
+            zip(self.learners, ray.get([a.info.remote() for a in self.learners.values()]))
+        )
+        workers = [self.call_worker(i, "info") for i in range(len(self.workers))]
+        frozen = (
+            [p for p, s in self.plan.policies.items() if not s.trainable] if self.plan else []
+        )
+        return {
+            "runtime": "ray",
+            "strategy": self.settings.placement_strategy,
+            "gpu_requests": dict(self.requests),
+            "learners": learners,
+            "frozen": frozen,
+            "workers": workers,
+            "worker_restarts": self.restarts,
+        }
+
+    def close(self) -> None:
+        """Kill the actors, free the placement group, and stop Ray if this runtime started it."""
+        for actor in [*self.workers, *self.learners.values()]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self.workers, self.learners = [], {}
+        if self._pg is not None:
+            try:
+                remove_placement_group(self._pg)
+            except Exception:  # noqa: BLE001 - the cluster may be gone
+                pass
+            self._pg = None
+        if self._started and ray.is_initialized():
+            ray.shutdown()
+        self._started = False
+
+
+def merge_rollouts(parts: Sequence[RolloutResult]) -> RolloutResult:
+    """One rollout from the workers' parts (given in group order)."""
+    merged = RolloutResult()
+    for part in parts:
+        merged.turns += part.turns
+        merged.returns += part.returns
+        merged.malformed += part.malformed
+        merged.slots += part.slots
+        merged.generate_calls += part.generate_calls
+        merged.generated_tokens += part.generated_tokens
+    return merged
+
+
+__all__: list[str] = [
+    "LearnerActor",
+    "PendingCalls",
+    "RayRuntime",
+    "WorkerActor",
+    "cluster_gpus",
+    "connect",
+    "merge_rollouts",
+]

@@ -1,0 +1,157 @@
+"""Where the phases of an iteration run: in the trainer's own process, or on Ray.
+
+Both runtimes offer the same coarse methods, which :func:`marl.train.train` calls in order:
+``rollout(step)``, ``update(turns)``, ``sync()``, plus ``credit_generate`` (re-simulation for
+counterfactual credit), ``state()`` / ``load_state()`` (checkpoints) and ``placement()``.
+
+:class:`LocalRuntime` (``ray.enabled=false``, the default) keeps one rollout worker and every
+learner in this process. A full-model policy's learner trains the worker's own model in place,
+so its sync is a no-op; a LoRA policy's learner has its own copy of the base and pushes its
+adapter after each update. Learners update one after another. :mod:`marl.ray_runtime` is the
+distributed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from marl.config import Config, ConfigError
+from marl.policy_map import PolicyPlan, assign_gpus
+from marl.rollout import RolloutResult
+from marl.workers import RolloutWorker
+
+
+class Runtime(Protocol):
+    """The phases an iteration asks of its runtime."""
+
+    def rollout(self, step: int) -> RolloutResult:
+        """Play the iteration's B seeds x G episodes with the current weights."""
+        ...
+
+    def update(self, turns: Sequence[Any]) -> dict[str, dict[str, float]]:
+        """One update of every trainable policy on its own agents' turns; metrics per policy."""
+        ...
+
+    def sync(self) -> None:
+        """Make every rollout worker hold every policy's newest weights."""
+        ...
+
+    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
+        """Batched generation for counterfactual credit."""
+        ...
+
+    def state(self) -> dict[str, dict[str, Any]]:
+        """Every trainable policy's checkpoint state, by policy id."""
+        ...
+
+    def load_state(self, states: dict[str, dict[str, Any]]) -> None:
+        """Restore :meth:`state`'s result, then sync."""
+        ...
+
+    def placement(self) -> dict[str, Any]:
+        """Where each learner and worker runs."""
+        ...
+
+    def close(self) -> None:
+        """Release what the runtime started."""
+        ...
+
+
+def make_runtime(config: Config, plan: PolicyPlan | None) -> Runtime:
+    """The configured runtime: Ray actors when ``ray.enabled``, else this process."""
+    if config.ray.enabled:
+        from marl.ray_runtime import RayRuntime
+
+        return RayRuntime(config, plan)
+    return LocalRuntime(config, plan)
+
+
+def local_device(gpus: float) -> str | None:
+    """The device of a policy placed in this process: CUDA when it asked for a GPU."""
+    if gpus <= 0:
+        return None
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else None
+
+
+class LocalRuntime:
+    """Everything in the trainer's process."""
+
+    def __init__(self, config: Config, plan: PolicyPlan | None) -> None:
+        from marl.policies import PolicyLearner
+
+        self.config = config
+        self.plan = plan
+        self.requests: dict[str, float] = {}
+        if plan is not None:
+            import torch
+
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            self.requests = assign_gpus(plan, count, source="torch.cuda.device_count()")
+        device = local_device(max(self.requests.values(), default=0.0))
+        if device is None and config.ray.worker_num_gpus > 0 and not self.requests:
+            raise ConfigError("ray.worker_num_gpus: this machine has no GPU")
+        self.worker = RolloutWorker(config, plan, device=device)
+        self.learners: dict[str, PolicyLearner] = {}
+        if plan is None:
+            return
+        for pid in plan.trainable:
+            spec = plan.policies[pid]
+            backend = self.worker.policies.backends[pid]  # type: ignore[union-attr]
+            if spec.lora is None:  # train the rollout model itself: nothing to push
+                self.learners[pid] = PolicyLearner(
+                    spec, config, model=backend.model, tokenizer=backend.tokenizer
+                )
+            else:
+                self.learners[pid] = PolicyLearner(spec, config, device=device)
+        self.sync()
+
+    def rollout(self, step: int) -> RolloutResult:
+        """Play every group of ``step`` in this process (one batched call per round)."""
+        return self.worker.rollout(step, range(self.config.train.seeds_per_step))
+
+    def update(self, turns: Sequence[Any]) -> dict[str, dict[str, float]]:
+        """Each trainable policy on its agents' turns, one after another."""
+        assert self.plan is not None or not self.learners
+        return {
+            pid: learner.update(self.plan.turns_of(turns, pid))  # type: ignore[union-attr]
+            for pid, learner in self.learners.items()
+        }
+
+    def sync(self) -> None:
+        """Push the adapters of LoRA learners; colocated full models need nothing."""
+        for learner in self.learners.values():
+            if not learner.colocated:
+                self.worker.load_weights(learner.weights())
+
+    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
+        """Re-simulation generation through the worker's backends."""
+        return self.worker.credit_generate(requests)
+
+    def state(self) -> dict[str, dict[str, Any]]:
+        """Every learner's checkpoint state."""
+        return {pid: learner.state_dict() for pid, learner in self.learners.items()}
+
+    def load_state(self, states: dict[str, dict[str, Any]]) -> None:
+        """Restore the learners, then push their weights."""
+        for pid, learner in self.learners.items():
+            if pid not in states:
+                raise ConfigError(
+                    f"resume: the checkpoint has no state for policy {pid!r} (it has: "
+                    f"{', '.join(sorted(states)) or 'none'}); was it written with other policies?"
+                )
+            learner.load_state_dict(states[pid])
+        self.sync()
+
+    def placement(self) -> dict[str, Any]:
+        """One process: every learner here."""
+        return {
+            "runtime": "local",
+            "learners": {pid: learner.info() for pid, learner in self.learners.items()},
+            "workers": [self.worker.info()],
+        }
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,149 @@
+"""The rollout worker: environment copies plus the inference side of every policy.
+
+A worker plays whole GRPO groups (one scenario seed x ``group_size`` episodes), so the episodes
+a group is normalised over never straddle two workers. What it plays is a pure function of the
+config, the step, the groups it is given and the weights it holds: a worker that dies can be
+replaced, given the current weights, and asked again for the same result. The same class runs
+in the trainer's own process (``ray.enabled=false``) and as a Ray actor.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from marl.config import Config, ConfigError
+from marl.policy_map import PolicyPlan
+from marl.rollout import EpisodeSlot, RolloutResult
+from marl.scenarios.registry import make
+
+
+def step_seeds(seed: int, step: int, count: int) -> list[int]:
+    """The scenario seeds of one iteration: a pure function of (run seed, step)."""
+    rng = random.Random(f"{seed}:{step}:scenario")
+    return [rng.randrange(2**31) for _ in range(count)]
+
+
+def split_groups(groups: int, workers: int) -> list[list[int]]:
+    """Deal ``groups`` group indices to at most ``workers`` workers, in contiguous blocks."""
+    workers = max(1, min(workers, groups))
+    size, extra = divmod(groups, workers)
+    out, start = [], 0
+    for w in range(workers):
+        end = start + size + (1 if w < extra else 0)
+        out.append(list(range(start, end)))
+        start = end
+    return out
+
+
+def scripted_episodes(slots: Sequence[EpisodeSlot], bot: str, seed: int) -> RolloutResult:
+    """Play every slot with the scenario's scripted ``bot`` for every agent (no model, no turn
+    records). Each episode's bot randomness comes from its own generator, so the result does
+    not depend on which worker plays which episode."""
+    from marl.scenarios.bots import get_bot
+
+    result = RolloutResult(slots=list(slots))
+    for slot in slots:
+        env = slot.env
+        policy = get_bot(env.spec.rules, bot)
+        rng = random.Random(f"{seed}:{slot.seed}:{slot.episode_id}:bot")
+        observations, infos = env.reset(seed=slot.seed)
+        while env.agents:
+            actions = {a: policy(a, observations[a], infos[a], rng) for a in env.agents}
+            observations, _, _, _, infos = env.step(actions)
+        result.returns.append(dict(env.returns))
+        result.malformed.append(dict(env.malformed))
+    return result
+
+
+class RolloutWorker:
+    """Plays the groups it is given with the policies' current weights.
+
+    ``plan`` is ``None`` for scripted agents (``agents=scripted``): no model is built.
+    """
+
+    def __init__(
+        self, config: Config, plan: PolicyPlan | None, index: int = 0, device: str | None = None
+    ) -> None:
+        self.config = config
+        self.plan = plan
+        self.index = index
+        self.envs: dict[int, Any] = {}  # episode id -> its environment, reused every step
+        self.policies = None
+        self._credit_generate = None
+        if config.agents == "llm":
+            if plan is None:
+                raise ConfigError("agents: llm agents need a policy plan")
+            from marl.credit_phase import backend_generate
+            from marl.policies import InferencePolicies, sampling_config
+
+            self.policies = InferencePolicies(plan, config, device=device)
+            self._credit_generate = backend_generate(
+                self.policies.backends,
+                plan.policy_of,
+                sampling_config(config),
+                seed=config.seed + 7,
+            )
+
+    def slots(self, step: int, groups: Sequence[int]) -> list[EpisodeSlot]:
+        """The episodes of ``groups`` at ``step``: group b plays scenario seed b, G times."""
+        t = self.config.train
+        seeds = step_seeds(self.config.seed, step, t.seeds_per_step)
+        out = []
+        for b in groups:
+            for g in range(t.group_size):
+                episode = b * t.group_size + g
+                if episode not in self.envs:
+                    self.envs[episode] = make(
+                        self.config.scenario.name, **self.config.scenario.overrides
+                    )
+                out.append(
+                    EpisodeSlot(env=self.envs[episode], seed=seeds[b], group_id=b, episode_id=episode)
+                )
+        return out
+
+    def rollout(self, step: int, groups: Sequence[int]) -> RolloutResult:
+        """Play ``groups`` of iteration ``step`` to the end."""
+        from marl.rollout import run_episodes
+
+        slots = self.slots(step, groups)
+        seed = self.config.seed * 1_000_003 + step
+        if self.policies is None:
+            return scripted_episodes(slots, self.config.bot, seed)
+        from marl.policies import sampling_config
+
+        assert self.plan is not None
+        return run_episodes(
+            slots, self.policies.backends, self.plan.policy_of, sampling_config(self.config), seed
+        )
+
+    def load_weights(self, payload: Any) -> int:
+        """Take a learner's new weights; returns the version now held."""
+        if self.policies is None:
+            return 0
+        self.policies.load(payload)
+        return payload.version
+
+    def versions(self) -> dict[str, int]:
+        """The weight version held of each policy."""
+        return dict(self.policies.versions) if self.policies is not None else {}
+
+    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
+        """Batched generation for counterfactual re-simulation (one call per policy)."""
+        if self._credit_generate is None:
+            raise ConfigError("credit.name: counterfactual credit needs agents=llm")
+        return self._credit_generate(requests)
+
+    def logprobs(
+        self, policy_id: str, prompt_ids: Sequence[int], response_ids: Sequence[int]
+    ) -> list[float]:
+        """Logprobs of a fixed completion under the weights this worker holds."""
+        if self.policies is None:
+            raise ConfigError("agents: scripted agents have no logprobs")
+        return self.policies.logprobs(policy_id, prompt_ids, response_ids, self.config)
+
+    def info(self) -> dict[str, Any]:
+        """Where this worker runs."""
+        return {"index": self.index, "pid": os.getpid()}
