@@ -185,6 +185,10 @@ class TextScenarioEnv(ParallelEnv):
             result = parse_completion(completion, require_action=needs and not free)
             if free and result.action is None:
                 result.action = result.free_text
+            elif needs and result.action is None and self.spec.lenient_actions:
+                # a weak model's answer in prose still counts; the missing ACTION line stays a
+                # malformed reply (penalty and counter), so the format is still learned
+                result.action = result.free_text or None
             parsed[agent] = result
             outgoing = result.messages
             if outgoing and not self.rules.can_talk(agent, rnd):

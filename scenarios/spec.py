@@ -38,7 +38,7 @@ TOP_LEVEL_KEYS = {
 GRAPH_KEYS = {"topology", "directed", "edges", "center", "p", "seed", "rewire_every"}
 MESSAGE_KEYS = {"max_chars", "max_per_round", "noise"}
 NOISE_KEYS = {"drop", "corrupt"}
-EPISODE_KEYS = {"rounds"}
+EPISODE_KEYS = {"rounds", "lenient_actions"}
 REWARD_KEYS = {"cooperation", "malformed_penalty"}
 
 
@@ -76,6 +76,7 @@ class ScenarioSpec:
     budget: MessageBudget = MessageBudget()
     noise: ChannelNoise = ChannelNoise()
     rounds: int = 1
+    lenient_actions: bool = False
     cooperation: float = 1.0
     malformed_penalty: float = -0.1
     system_prompt: str = ""
@@ -279,6 +280,8 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     problems += _unknown_keys(episode, EPISODE_KEYS, "episode.")
     if "rounds" in episode and not (_is_int(episode["rounds"]) and 1 <= episode["rounds"] <= 1000):
         problems.append(Problem("episode.rounds", "must be an integer between 1 and 1000"))
+    if "lenient_actions" in episode and not isinstance(episode["lenient_actions"], bool):
+        problems.append(Problem("episode.lenient_actions", "must be true or false"))
 
     reward = _check_section(data, "reward", problems)
     problems += _unknown_keys(reward, REWARD_KEYS, "reward.")
@@ -382,6 +385,7 @@ def spec_from_dict(data: Mapping, source: str = "") -> ScenarioSpec:
         budget=MessageBudget(**messages),
         noise=ChannelNoise(**{k: float(v) for k, v in noise.items()}),
         rounds=int((data.get("episode") or {}).get("rounds", rules_cls.info.default_rounds)),
+        lenient_actions=bool((data.get("episode") or {}).get("lenient_actions", False)),
         cooperation=float(reward.get("cooperation", 1.0)),
         malformed_penalty=float(reward.get("malformed_penalty", -0.1)),
         system_prompt=data.get("system_prompt", ""),

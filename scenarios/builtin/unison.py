@@ -7,8 +7,13 @@ markup is needed. It is the CartPole of this platform: if training cannot raise 
 few dozen steps, something in the pipeline is broken. The team reward (cooperation 1) is the
 agents' mean.
 
+``scored_agents`` (default: every agent) restricts the score to some agents: the others are told
+the same thing, but their text scores 0, so under cooperation 1 they free-ride on the team mean.
+It is the counterfactual-credit testbed (``docs/credit_experiment.md``): the team reward hides
+who contributed, and a free rider's text changes nothing.
+
 Version history:
-- v0: first version.
+- v0: first version; ``scored_agents`` added later (default unchanged: every agent scores).
 """
 
 from __future__ import annotations
@@ -39,22 +44,44 @@ class UnisonRules(Rules):
 
     @dataclass(frozen=True)
     class Params:
-        """target: the character every agent should write."""
+        """target: the character every agent should write.
+        scored_agents: the agents whose text scores; null = every agent. The others score 0
+        (free riders: same prompt, no effect on any reward but through the team mean)."""
 
         target: str = "a"
+        scored_agents: tuple[str, ...] | None = None
 
     @classmethod
     def check_params(cls, params: dict[str, Any], agents: Sequence[str]) -> list[Problem]:
-        """The target is a single character."""
+        """The target is a single character; scored agents are agents of the scenario."""
+        problems = []
         target = params.get("target", "a")
         if not isinstance(target, str) or len(target) != 1:
-            return [Problem("target", f"must be a single character, got {target!r}")]
-        return []
+            problems.append(Problem("target", f"must be a single character, got {target!r}"))
+        scored = params.get("scored_agents")
+        if scored is not None:
+            if isinstance(scored, str) or not isinstance(scored, Sequence):
+                problems.append(
+                    Problem("scored_agents", f"must be a list of agent names, got {scored!r}")
+                )
+            else:
+                unknown = [a for a in scored if a not in agents]
+                if unknown:
+                    problems.append(
+                        Problem(
+                            "scored_agents",
+                            f"{', '.join(map(repr, unknown))} not among the agents "
+                            f"({', '.join(agents)})",
+                        )
+                    )
+        return problems
 
     def __init__(
         self, agents: Sequence[str], params: Mapping[str, Any], rng: random.Random
     ) -> None:
         super().__init__(agents, params, rng)
+        scored = self.params.scored_agents
+        self.scored = frozenset(self.agents if scored is None else scored)
 
     def private_info(self, agent: str) -> str:
         """The target character."""
@@ -65,12 +92,13 @@ class UnisonRules(Rules):
         return "any text; every character that is the target scores."
 
     def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
-        """Score the share of target characters in each agent's text."""
+        """Score the share of target characters in each scored agent's text (others: 0)."""
         target = self.params.target
         scores = {}
         for agent in self.agents:
             text = actions.get(agent) or ""
-            scores[agent] = text.count(target) / len(text) if text else 0.0
+            scored = agent in self.scored and text
+            scores[agent] = text.count(target) / len(text) if scored else 0.0
         return RoundResult(individual=scores, done=True)
 
 
