@@ -34,6 +34,25 @@ def _positive(key: str, value: float, allow_zero: bool = False) -> None:
 SHARING_MODES = ("shared", "independent", "lora", "custom")
 
 
+def _policy_config(key: str, value: Any) -> PolicyConfig:
+    """A :class:`PolicyConfig` from a YAML/command-line mapping; errors name ``key.<field>``."""
+    if isinstance(value, PolicyConfig):
+        return value
+    if value is None:
+        return PolicyConfig()
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping of policy settings, got {value!r}")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(PolicyConfig), value)
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        inner = getattr(exc, "full_key", None)
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"{key}.{inner}: {reason}" if inner else f"{key}: {reason}") from None
+    except ValueError as exc:  # a nested schema's own check; its message starts with its key
+        raise ConfigError(f"{key}.{exc}") from None
+
+
 def _check_policy(key: str, policy: PolicyConfig) -> None:
     """Range checks of one policy's own numbers (cross-field checks live in marl.policy_map)."""
     if policy.num_gpus is not None:
@@ -295,13 +314,19 @@ class Config:
     resume: str | None = None
     sharing: str = "shared"
     policy_defaults: PolicyConfig = field(default_factory=PolicyConfig)
-    policies: dict[str, PolicyConfig] = field(default_factory=dict)
+    # Typed as Any so that Hydra can add a policy from the command line
+    # (`+policies.opp={trainable:false}`); __post_init__ makes each a checked PolicyConfig.
+    policies: dict[str, Any] = field(default_factory=dict)
     policy_map: dict[str, str] = field(default_factory=dict)
     ray: RayConfig = field(default_factory=RayConfig)
 
     def __post_init__(self) -> None:
         _choice("agents", self.agents, ("llm", "scripted"))
         _choice("sharing", self.sharing, SHARING_MODES)
+        self.policies = {
+            str(pid): _policy_config(f"policies.{pid}", value)
+            for pid, value in self.policies.items()
+        }
         for pid, policy in self.policies.items():
             _check_policy(f"policies.{pid}", policy)
         _check_policy("policy_defaults", self.policy_defaults)

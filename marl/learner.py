@@ -65,9 +65,8 @@ class Learner:
             )
         self.reference: nn.Module | None = None
         # A LoRA (peft) model's reference is its own base with the adapter switched off: no copy.
-        self.reference_is_base = (
-            settings.beta > 0 and hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
-        )
+        is_peft = hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+        self.reference_is_base = settings.beta > 0 and is_peft
         if settings.beta > 0 and not self.reference_is_base:
             self.reference = copy.deepcopy(model).eval()
             for p in self.reference.parameters():

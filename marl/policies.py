@@ -50,23 +50,15 @@ def sampling_config(config: Config) -> SamplingConfig:
     return SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p)
 
 
-def _register_backends() -> None:
-    import marl.agents.backends.hf  # noqa: F401 - registers "hf"
-
-    try:
-        import marl.agents.backends.vllm  # noqa: F401 - registers "vllm" (vLLM itself is lazy)
-    except ImportError:
-        pass
-
-
 def build_backend(config: Config, model: ModelConfig | None = None, **kwargs: Any) -> PolicyBackend:
     """Load a model (the run's, or ``model``) and wrap it in the configured backend."""
-    _register_backends()
     loaded, tokenizer = load_model(model_spec(model or config.model))
     return make_backend(config.backend, model=loaded, tokenizer=tokenizer, **kwargs)
 
 
-def learner_settings(config: Config, lr: float | None = None, beta: float | None = None):  # noqa: ANN201
+def learner_settings(
+    config: Config, lr: float | None = None, beta: float | None = None
+) -> LearnerSettings:
     """The update hyper-parameters of ``config.algo`` (``lr``/``beta`` per policy)."""
     a, s = config.algo, config.sampling
     return LearnerSettings(
@@ -170,7 +162,6 @@ class InferencePolicies:
     """The inference side of every policy in a plan: what a rollout worker generates with."""
 
     def __init__(self, plan: PolicyPlan, config: Config, device: str | None = None) -> None:
-        _register_backends()
         self.plan = plan
         self.backends: dict[str, PolicyBackend] = {}
         self.versions: dict[str, int] = {}
@@ -308,19 +299,33 @@ class PolicyLearner:
         metrics["update_time"] = self.window[1] - start
         return metrics
 
-    def weights(self) -> WeightPayload:
-        """The weights the inference side needs: the adapter of a LoRA policy, else every
-        base weight (detached CPU copies, ready to ship)."""
+    def _tensors(self) -> tuple[str, dict[str, torch.Tensor]]:
+        """(kind, live tensors): the adapter of a LoRA policy, else the whole model."""
         if self.spec.lora is not None:
             from peft import get_peft_model_state_dict
 
-            state = get_peft_model_state_dict(self.model, adapter_name=self.spec.adapter)
-            kind = "adapter"
-        else:
-            state = self.model.state_dict()
-            kind = "full"
-        state = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+            return "adapter", get_peft_model_state_dict(self.model, adapter_name=self.spec.adapter)
+        return "full", self.model.state_dict()
+
+    def weights(self) -> WeightPayload:
+        """What the inference side needs after an update: the adapter of a LoRA policy, else
+        every base weight, as detached CPU copies ready to ship. A tensor tied to another (a
+        tied output layer) is sent once: the receiving model ties them too."""
+        kind, tensors = self._tensors()
+        state: dict[str, torch.Tensor] = {}
+        seen: set[int] = set()
+        for name, value in tensors.items():
+            if value.data_ptr() in seen:
+                continue
+            seen.add(value.data_ptr())
+            state[name] = value.detach().to("cpu", copy=True)
         return WeightPayload(self.spec.id, kind, state, self.version)
+
+    def weights_nbytes(self) -> int:
+        """Bytes one sync of this policy ships to each rollout worker."""
+        _, tensors = self._tensors()
+        unique = {v.data_ptr(): v for v in tensors.values()}
+        return sum(v.numel() * v.element_size() for v in unique.values())
 
     def logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> list[float]:
         """Logprob of each response token under the learner's current weights."""
@@ -343,10 +348,10 @@ class PolicyLearner:
 
     def state_dict(self) -> dict[str, Any]:
         """Weights, optimizer, RNG and version: what a checkpoint keeps of this policy."""
-        payload = self.weights()
+        kind, tensors = self._tensors()
         return {
-            "kind": payload.kind,
-            "weights": payload.state,
+            "kind": kind,
+            "weights": {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()},
             "learner": self.learner.state_dict(),
             "version": self.version,
         }

@@ -135,8 +135,9 @@ class RayRuntime:
         self.sync_bytes = 0
         s = self.settings
         reserved = self._workers_wanted() * s.worker_num_gpus
-        if plan is not None and not s.address and s.num_gpus is not None and not ray.is_initialized():
-            assign_gpus(plan, s.num_gpus, source="ray.num_gpus", reserved=reserved)  # before Ray
+        declared = s.num_gpus is not None and not s.address and not ray.is_initialized()
+        if plan is not None and declared:  # checked before Ray starts
+            assign_gpus(plan, s.num_gpus, source="ray.num_gpus", reserved=reserved)
         self._started = connect(s)
         try:
             self._start(reserved)
@@ -243,7 +244,7 @@ class RayRuntime:
     # ------------------------------------------------------------------ phases
 
     def submit_rollout(self, step: int) -> PendingCalls:
-        """Start the rollout of ``step`` on every worker (gather it with :meth:`collect_rollout`)."""
+        """Start ``step``'s rollout on every worker; :meth:`collect_rollout` gathers it."""
         blocks = split_groups(self.config.train.seeds_per_step, len(self.workers))
         return self._submit([(i, "rollout", (step, block)) for i, block in enumerate(blocks)])
 

@@ -90,9 +90,8 @@ class LocalRuntime:
 
             count = torch.cuda.device_count() if torch.cuda.is_available() else 0
             self.requests = assign_gpus(plan, count, source="torch.cuda.device_count()")
+        # one process, one device: CUDA when any policy asked for a GPU and torch has one
         device = local_device(max(self.requests.values(), default=0.0))
-        if device is None and config.ray.worker_num_gpus > 0 and not self.requests:
-            raise ConfigError("ray.worker_num_gpus: this machine has no GPU")
         self.worker = RolloutWorker(config, plan, device=device)
         self.learners: dict[str, PolicyLearner] = {}
         if plan is None:

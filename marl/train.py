@@ -21,7 +21,7 @@ from marl.config import Config, ConfigError, load_config
 from marl.credit import is_counterfactual
 from marl.credit_phase import credit_phase, make_engine, mean_influence
 from marl.metrics import rollout_metrics
-from marl.policy_map import PolicyPlan, plan_for
+from marl.policy_map import PolicyPlan, assign_gpus, plan_for
 from marl.rollout import RolloutResult
 from marl.runtime import Runtime, make_runtime
 from marl.scenarios.registry import make
@@ -44,7 +44,9 @@ def run_dir_of(cfg: DictConfig) -> Path:
 
 
 def check_config(config: Config) -> PolicyPlan | None:
-    """Every cross-field check that needs the scenario; the policy plan (None when scripted)."""
+    """Every check that needs the scenario or the machine, before anything is built or started:
+    the policy plan (None for scripted agents) and the device requests it can know of now (a
+    joined Ray cluster's GPUs are checked once connected, before any actor starts)."""
     if config.agents == "scripted":
         if is_counterfactual(config.credit.name):
             raise ConfigError(
@@ -52,7 +54,17 @@ def check_config(config: Config) -> PolicyPlan | None:
                 "generation; scripted agents (agents=scripted) support credit=team only"
             )
         return None
-    return plan_for(config)
+    plan = plan_for(config)
+    r = config.ray
+    if not r.enabled:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        assign_gpus(plan, count, source="torch.cuda.device_count()")
+    elif not r.address and r.num_gpus is not None:
+        workers = min(r.num_rollout_workers, config.train.seeds_per_step)
+        assign_gpus(plan, r.num_gpus, source="ray.num_gpus", reserved=workers * r.worker_num_gpus)
+    return plan
 
 
 def policy_states(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -93,9 +105,10 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             set_rng_states(resume["rng"])
             start = int(resume["step"])
         placement = runtime.placement()
-        (run_dir / "placement.json").write_text(json.dumps(placement, indent=2, default=str))
         logger.text("config", config_yaml, 0)
-        logger.text("placement", "```\n" + json.dumps(placement, indent=2, default=str) + "\n```", 0)
+        placement_json = json.dumps(placement, indent=2, default=str)
+        (run_dir / "placement.json").write_text(placement_json)
+        logger.text("placement", f"```\n{placement_json}\n```", 0)
         engine = make_engine(
             config.credit,
             lambda: make(config.scenario.name, **config.scenario.overrides),

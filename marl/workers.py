@@ -99,9 +99,8 @@ class RolloutWorker:
                     self.envs[episode] = make(
                         self.config.scenario.name, **self.config.scenario.overrides
                     )
-                out.append(
-                    EpisodeSlot(env=self.envs[episode], seed=seeds[b], group_id=b, episode_id=episode)
-                )
+                env = self.envs[episode]
+                out.append(EpisodeSlot(env=env, seed=seeds[b], group_id=b, episode_id=episode))
         return out
 
     def rollout(self, step: int, groups: Sequence[int]) -> RolloutResult:

@@ -12,9 +12,11 @@ system prompt share its prefill.
 Weights. Built from an HF model (what ``marl.policies`` does), the backend saves it to a
 temporary directory (``/dev/shm`` when there is one) for vLLM to load, and keeps the HF model as
 ``self.model``: the learner's copy, trained in place by a colocated learner. Before every
-``generate``, if any of its tensors changed since the last push (torch's per-tensor version
-counters tell), the new weights are pushed to vLLM, so rollouts always sample from the current
-policy without the trainer asking. :meth:`load_weights` pushes explicitly. A push runs vLLM's
+``generate``, if the model changed since the last push, its weights are pushed to vLLM, so
+rollouts always sample from the current policy without the trainer asking. A change is an
+optimizer step over any of its parameters (a global torch optimizer hook: fused AdamW does not
+bump tensor version counters) or any other in-place write (``load_state_dict``, ``copy_``:
+torch's per-tensor version counters). :meth:`load_weights` pushes explicitly. A push runs vLLM's
 ``reload_weights``: straight from the tensors with the in-process engine, through a safetensors
 file in ``/dev/shm`` with the multi-process engine (tensors sent through ``collective_rpc``
 arrive as lists). Then the prefix cache is reset: without that, cached attention state from the
@@ -215,14 +217,26 @@ class VLLMBackend:
             "seed": seed,
             "max_model_len": max_model_len,
         }
+        if not torch.cuda.is_available():
+            # vLLM rewinds a seeded request's generator when it drops the token sampled after
+            # part of a chunked prefill, and CPU generators cannot rewind ("CPU Generator does
+            # not use offset"): every seeded batch over 4096 prompt tokens crashed. Whole
+            # prefills only, with a step budget that fits the longest one.
+            longest = max_model_len or _max_positions(model_dir)
+            kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(4096, longest))
         if max_adapters > 0:
             # One spare slot: with every slot taken, a base-model row of a mixed batch was seen
             # to get an adapter applied.
             kwargs.update(enable_lora=True, max_loras=max_adapters + 1, max_lora_rank=max_lora_rank)
         kwargs.update(engine_kwargs or {})
+        self._set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it
         self.llm = vllm.LLM(**kwargs)
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self._pushed = self._weights_version()
+        self._stepped = False  # an optimizer stepped over self.model since the last push
+        if self.model is not None:
+            self._step_hook = _watch_optimizers(self)
+            weakref.finalize(self, self._step_hook.remove)
 
     # ------------------------------------------------------------------ generation
 
@@ -359,10 +373,10 @@ class VLLMBackend:
     def sync(self) -> bool:
         """Push the held HF model's weights if they changed since the last push; True if pushed."""
         version = self._weights_version()
-        if self.model is None or version == self._pushed:
+        if self.model is None or (version == self._pushed and not self._stepped):
             return False
         self._push(self.model.state_dict())
-        self._pushed = version
+        self._pushed, self._stepped = version, False
         return True
 
     def _weights_version(self) -> tuple[tuple[int, int], ...]:
@@ -482,12 +496,37 @@ class VLLMBackend:
             )
 
     def close(self) -> None:
-        """Shut the engine down and delete the temporary files (the backend is unusable after)."""
+        """Shut the engine down and delete the temporary files (the backend is unusable after).
+
+        Also gives ``torch.set_num_threads`` back: vLLM's in-process CPU worker replaces it with
+        a no-op for the whole process, to keep its thread binding.
+        """
+        hook = getattr(self, "_step_hook", None)
+        if hook is not None:
+            hook.remove()
         llm = getattr(self, "llm", None)
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
             self.llm = None
+            torch.set_num_threads = self._set_num_threads
         self._cleanup()
+
+
+def _watch_optimizers(backend: VLLMBackend) -> Any:
+    """Flag ``backend`` after any optimizer step over its model's parameters; returns the hook
+    handle. The hook holds the backend weakly, so it never keeps a closed backend alive."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    ref = weakref.ref(backend)
+    params = {id(p) for p in backend.model.parameters()}
+
+    def after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        owner = ref()
+        if owner is not None and not owner._stepped:
+            groups = optimizer.param_groups
+            owner._stepped = any(id(p) in params for g in groups for p in g["params"])
+
+    return register_optimizer_step_post_hook(after_step)
 
 
 def _scratch_root() -> str | None:
@@ -504,6 +543,12 @@ def _cpu_head_sizes() -> tuple[int, ...]:
         return tuple(CPUAttentionBackend.get_supported_head_sizes())
     except (ImportError, AttributeError):
         return CPU_HEAD_SIZES
+
+
+def _max_positions(model_dir: Path) -> int:
+    """The longest sequence a saved model declares (0 if none)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    return int(config.get("max_position_embeddings") or 0)
 
 
 def _dtype_of(model_dir: Path) -> str:

@@ -1,0 +1,301 @@
+"""Per-agent policies in one process: the sharing presets fit any scenario, config mistakes fail
+before anything is built (naming the key), each trainable policy learns only from its own agents'
+turns, LoRA adapters reach the rollout side, and shared, independent, LoRA and frozen policies
+mix in one run that resumes exactly."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+from marl.checkpoint import load_checkpoint
+from marl.cli import _register_scenario_options
+from marl.config import Config, ConfigError, load_config
+from marl.credit_phase import credit_phase
+from marl.policies import PolicyLearner
+from marl.policy_map import assign_gpus, plan_for, resolve_policies
+from marl.runtime import LocalRuntime
+from marl.train import train
+
+AGENTS = ["a", "b", "c", "d"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run 5-10x faster on one thread when the 2 cores are shared with other work."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def config(**overrides: object) -> dict:
+    """Unison with four agents and short prompts: a step takes about a second."""
+    # Zero cooperation gives every agent's return its own spread; with seed 1 each agent's group
+    # has unequal returns at step 0, so every policy has something to learn from.
+    scenario = {"system_prompt": "", "agents": AGENTS, "reward": {"cooperation": 0.0}}
+    base = {
+        "scenario": {"name": "unison", "overrides": scenario},
+        "model": {"kind": "tiny"},
+        "sampling": {"max_new_tokens": 16},
+        "algo": {"lr": 3e-3},
+        "train": {"steps": 1, "seeds_per_step": 1, "group_size": 4},
+        "logging": {"progress": False, "transcripts_every": 0, "tensorboard": False},
+        "seed": 1,
+    }
+    base.update(overrides)
+    return base
+
+
+MIXED = {
+    "sharing": "custom",
+    # a and b share policy "team"; c has its own adapter; d plays a frozen copy
+    "policy_map": {"a": "team", "b": "team", "c": "own", "d": "opponent"},
+    "policies": {
+        "team": {},
+        "own": {"lora": {"r": 4, "alpha": 8}, "lr": 1e-2},
+        "opponent": {"trainable": False},
+    },
+}
+
+
+def _plan(**overrides: object):
+    return plan_for(load_config(config(**overrides)))
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+@pytest.mark.parametrize(
+    "agents", [["speaker", "listener"], ["alice", "bob", "carol", "dave"], ["solo"]]
+)
+def test_presets_generate_policies_from_any_agent_list(agents: list[str]) -> None:
+    shared = resolve_policies(load_config({"sharing": "shared"}), agents)
+    assert list(shared.policies) == ["shared"]
+    assert shared.policies["shared"].agents == tuple(agents)
+    independent = resolve_policies(load_config({"sharing": "independent"}), agents)
+    assert sorted(independent.policies) == sorted(agents)
+    assert all(independent.policy_of(a) == a for a in agents)
+    assert all(s.lora is None and s.trainable for s in independent.policies.values())
+    lora = resolve_policies(load_config({"sharing": "lora"}), agents)
+    assert all(s.lora is not None and s.lora.r == 8 for s in lora.policies.values())
+    assert len({s.adapter for s in lora.policies.values()}) == len(agents)
+    # one frozen base: every adapter sits on the same base model
+    assert len({s.base_key for s in lora.policies.values()}) == 1
+
+
+def test_presets_compose_through_hydra_for_a_builtin_scenario() -> None:
+    _register_scenario_options()
+    with initialize_config_module(config_module="marl.configs", version_base=None):
+        cfg = compose(
+            config_name="train",
+            overrides=[
+                "scenario=relay",
+                "+sharing=lora",
+                "+policy_map.dave=frozen",
+                "+policies.frozen={trainable:false}",
+                "+ray=local",
+            ],
+        )
+    loaded = load_config(cfg)
+    plan = plan_for(loaded)
+    assert loaded.ray.enabled
+    assert sorted(plan.policies) == ["alice", "bob", "carol", "frozen"]
+    assert plan.policy_of("dave") == "frozen" and not plan.policies["frozen"].trainable
+    assert plan.policies["alice"].lora is not None
+
+
+def test_mixed_map_patterns_and_per_policy_settings() -> None:
+    plan = _plan(**MIXED)
+    assert plan.policies["team"].agents == ("a", "b")
+    assert plan.trainable == ["own", "team"]
+    assert plan.policies["own"].lr == 1e-2 and plan.policies["team"].lr == 3e-3
+    patterned = _plan(
+        policy_map={"[ab]": "pair", "d": "solo"},
+        policies={"pair": {"beta": 0.1}, "solo": {}},
+    )
+    assert patterned.agent_policy == {"a": "pair", "b": "pair", "c": "shared", "d": "solo"}
+    assert patterned.policies["pair"].beta == 0.1
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        ({"sharing": "custom", "policy_map": {"a": "p", "b": "p", "c": "p"},
+          "policies": {"p": {}}}, "policy_map: agent 'd' has no policy"),
+        ({"policies": {"ghost": {}}}, "policies.ghost: no agent plays this policy"),
+        ({"policy_map": {"b": "nowhere"}}, "policy_map.b: policy 'nowhere' is not declared"),
+        ({"policy_map": {"zed": "shared"}}, "policy_map.zed: the scenario has no agent 'zed'"),
+        ({"policy_map": {"x*": "shared"}}, "policy_map.x*: the pattern matches no agent"),
+        ({"policies": {"opp": {"trainable": False, "num_gpus": 1}},
+          "policy_map": {"d": "opp"}}, "policies.opp.num_gpus: a frozen policy"),
+        ({"policies": {"opp": {"trainable": False, "lora": {}}},
+          "policy_map": {"d": "opp"}}, "policies.opp.lora: a frozen LoRA adapter"),
+        ({"policy_map": {"d": "bad id"}, "policies": {"bad id": {}}}, "policy_map.d: policy id"),
+    ],
+)
+def test_config_errors_name_the_key(overrides: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _plan(**overrides)
+    assert key in str(err.value)
+
+
+def test_device_requests_that_cannot_be_met_fail_naming_the_policies() -> None:
+    plan = _plan(sharing="independent", policy_defaults={"num_gpus": 1})
+    assert assign_gpus(plan, 4) == {a: 1.0 for a in AGENTS}
+    with pytest.raises(ConfigError, match=r"policies\.a\.num_gpus.*4 GPU\(s\).*has 2"):
+        assign_gpus(plan, 2, source="ray.num_gpus")
+    big = _plan(policies={"shared": {"num_gpus": 2}})
+    with pytest.raises(ConfigError, match="policies.shared.num_gpus: asks for 2 GPU"):
+        assign_gpus(big, 4, largest_node=1, source="the Ray cluster")
+    # auto: a GPU per trainable policy where GPUs exist, none on a CPU machine; frozen: never
+    mixed = _plan(**MIXED)
+    assert assign_gpus(mixed, 0) == {"own": 0.0, "team": 0.0}
+    assert assign_gpus(mixed, 2) == {"own": 1.0, "team": 1.0}
+
+
+
+def test_impossible_device_requests_fail_before_anything_starts(tmp_path: Path) -> None:
+    # in one process: against torch.cuda (this machine has no GPU)
+    with pytest.raises(ConfigError, match="policies.shared.num_gpus"):
+        train(config(policies={"shared": {"num_gpus": 1}}), run_dir=tmp_path)
+    # on Ray: against the GPUs the local cluster would declare, before Ray starts
+    with pytest.raises(ConfigError, match=r"policies\.a\.num_gpus.*ray\.num_gpus has 2"):
+        train(config(sharing="independent", ray={"enabled": True, "num_gpus": 2}),
+              run_dir=tmp_path)
+    assert not any(tmp_path.iterdir()), "nothing is written before the checks pass"
+    ray = sys.modules.get("ray")
+    assert ray is None or not ray.is_initialized()
+
+
+def test_marl_play_never_starts_ray(capsys: pytest.CaptureFixture) -> None:
+    from omegaconf import OmegaConf
+
+    from marl.play import play
+
+    play(OmegaConf.create(config(agents="llm", ray={"enabled": True})))
+    assert capsys.readouterr().out.strip()  # the episode was played and printed
+    ray = sys.modules.get("ray")
+    assert ray is None or not ray.is_initialized()
+
+
+def test_cli_reports_a_policy_mistake_without_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    marl = Path(sys.executable).with_name("marl")
+    done = subprocess.run(
+        [str(marl), "train", "model=tiny", "+policies.ghost={}", f"hydra.run.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "policies.ghost" in done.stderr and "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------- updates
+
+
+@pytest.fixture(scope="module")
+def mixed_runtime():
+    loaded = load_config(config(**MIXED))
+    runtime = LocalRuntime(loaded, plan_for(loaded))
+    yield loaded, runtime
+    runtime.close()
+
+
+def test_each_policy_learns_only_from_its_agents(mixed_runtime) -> None:
+    loaded, runtime = mixed_runtime
+    backends = runtime.worker.policies.backends
+    before = {
+        pid: {k: v.clone() for k, v in backends[pid].model.state_dict().items()}
+        for pid in ("team", "opponent")
+    }
+    rollout = runtime.rollout(0)
+    credit_phase(loaded.credit, rollout, None, loaded.algo.advantage)
+    by_agent = {a: [t for t in rollout.turns if t.agent == a] for a in AGENTS}
+    assert {t.policy_id for t in by_agent["a"] + by_agent["b"]} == {"team"}
+    assert all(any(t.advantage != 0 for t in by_agent[a]) for a in "abc"), "nothing to learn"
+    # a fresh learner given exactly the team's agents' turns must end where the runtime's does
+    team = runtime.plan.policies["team"]
+    reference = PolicyLearner(team, loaded)
+    reference.model.load_state_dict(before["team"])
+    metrics = runtime.update(rollout.turns)
+    assert set(metrics) == {"team", "own"}  # the frozen opponent has no learner
+    assert metrics["team"]["turns"] == len(by_agent["a"]) + len(by_agent["b"])
+    assert metrics["own"]["turns"] == len(by_agent["c"])
+    assert math.isfinite(metrics["team"]["loss"]) and metrics["team"]["trained_turns"] > 0
+    reference.update([t for t in rollout.turns if t.agent in ("a", "b")])  # same order
+    trained = backends["team"].model.state_dict()
+    for name, value in reference.model.state_dict().items():
+        assert torch.equal(value, trained[name]), name
+    assert any(not torch.equal(before["team"][k], trained[k]) for k in trained)
+    frozen = backends["opponent"].model.state_dict()
+    assert all(torch.equal(before["opponent"][k], frozen[k]) for k in frozen)
+    with pytest.raises(ValueError, match="other policies"):
+        PolicyLearner(team, loaded).update(by_agent["d"])
+
+
+def test_lora_adapter_reaches_the_rollout_side(mixed_runtime) -> None:
+    loaded, runtime = mixed_runtime
+    learner = runtime.learners["own"]
+    assert all(p.requires_grad == ("lora_" in k) for k, p in learner.model.named_parameters())
+    rollout = runtime.rollout(0)
+    credit_phase(loaded.credit, rollout, None, loaded.algo.advantage)
+    turn = next(t for t in rollout.turns if t.agent == "c")
+    stale = runtime.worker.logprobs("own", turn.prompt_ids, turn.response_ids)
+    runtime.update(rollout.turns)
+    learned = learner.logprobs(turn.prompt_ids, turn.response_ids)
+    assert max(abs(x - y) for x, y in zip(stale, learned)) > 1e-3  # the adapter learned
+    runtime.sync()
+    synced = runtime.worker.logprobs("own", turn.prompt_ids, turn.response_ids)
+    assert synced == pytest.approx(learned, abs=1e-5)
+    # the frozen opponent shares the base model but never sees the adapter
+    opponent = runtime.worker.logprobs("opponent", turn.prompt_ids, turn.response_ids)
+    with learner.model.disable_adapter():
+        base = learner.logprobs(turn.prompt_ids, turn.response_ids)
+    assert opponent == pytest.approx(base, abs=1e-5)
+    assert max(abs(x - y) for x, y in zip(opponent, synced)) > 1e-3
+
+
+def test_mixed_run_checkpoints_every_policy_and_resumes_exactly(tmp_path: Path) -> None:
+    straight = train(config(**MIXED, train={"steps": 2, "seeds_per_step": 1, "group_size": 4}),
+                     run_dir=tmp_path / "straight")
+    train(config(**MIXED), run_dir=tmp_path / "first")
+    state = load_checkpoint(tmp_path / "first" / "checkpoints")
+    assert {p: s["kind"] for p, s in state["policies"].items()} == {"team": "full",
+                                                                   "own": "adapter"}
+    assert all("lora_" in k for k in state["policies"]["own"]["weights"])
+    resumed = train(
+        config(**MIXED, train={"steps": 2, "seeds_per_step": 1, "group_size": 4},
+               resume=str(tmp_path / "first")),
+        run_dir=tmp_path / "resumed",
+    )
+
+    def comparable(m: dict) -> dict:
+        return {k: v for k, v in m.items() if not k.startswith("perf/")}
+
+    assert comparable(straight) == comparable(resumed)
+    assert "policies/own/loss" in straight and "policies/opponent/loss" not in straight
+
+
+def test_scripted_agents_train_loop_plays_without_a_model(tmp_path: Path) -> None:
+    metrics = train(
+        config(agents="scripted", bot="random", scenario={"name": "signal", "overrides": {}}),
+        run_dir=tmp_path,
+    )
+    assert "agents/speaker/reward" in metrics and not any(k.startswith("policies/")
+                                                          for k in metrics)
+    with pytest.raises(ConfigError, match="credit.name"):
+        train(config(agents="scripted", credit={"name": "difference"}), run_dir=tmp_path)
+
+
+def test_schema_defaults_keep_a_single_shared_policy() -> None:
+    plan = plan_for(Config())
+    assert list(plan.policies) == ["shared"] and plan.trainable == ["shared"]
