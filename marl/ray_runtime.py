@@ -101,8 +101,8 @@ def connect(settings: RayConfig) -> bool:
     common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if settings.address:
         ray.init(address=settings.address, **common)
-    else:
-        ray.init(num_cpus=settings.num_cpus, num_gpus=settings.num_gpus, **common)
+    else:  # "local": a new cluster even if another one runs on this machine (no auto-join)
+        ray.init(address="local", num_cpus=settings.num_cpus, num_gpus=settings.num_gpus, **common)
     return True
 
 
