@@ -28,10 +28,14 @@ base-model request in a mixed batch was seen to get an adapter applied (a vLLM b
 adapter version gets a new ``lora_int_id``, since vLLM keeps serving the cached weights of a
 reused id.
 
+CPU. vLLM's CPU attention needs a head size of 32 or more (the tiny model is refused up front,
+with the fix in the message), and chunked prefill is turned off: with it, seeded batches over
+4096 prompt tokens crashed (a CUDA-only generator rewind).
+
 The ``vllm`` import is lazy: importing this module registers the backend without importing
 vLLM, and the default install stays HF-only. vLLM's environment settings for this CPU
-(:data:`ENV_DEFAULTS`) are set when the first backend is built, only where unset. See
-docs/vllm.md for the install and the measured figures.
+(:func:`env_defaults`) are set when the first backend is built, only where unset. See
+docs/vllm.md for the install, the known vLLM bugs and the measured figures.
 """
 
 from __future__ import annotations

@@ -96,10 +96,10 @@ def test_presets_compose_through_hydra_for_a_builtin_scenario() -> None:
             config_name="train",
             overrides=[
                 "scenario=relay",
-                "+sharing=lora",
+                "sharing=lora",
                 "+policy_map.dave=frozen",
                 "+policies.frozen={trainable:false}",
-                "+ray=local",
+                "ray=local",
             ],
         )
     loaded = load_config(cfg)
