@@ -196,6 +196,24 @@ def is_counterfactual(name: str) -> bool:
     return _CREDITS[name].counterfactual
 
 
+def engine_for(
+    config: CreditConfig,
+    env: ForkableEnv,
+    generate: Generate | None = None,
+    env_factory: Callable[[], ForkableEnv] | None = None,
+) -> Resimulator:
+    """The re-simulation engine a credit config asks for (reuse it across iterations)."""
+    return Resimulator(
+        env,
+        generate,
+        mode=config.mode,
+        keep_action=config.keep_action,
+        default_text=config.default_text,
+        max_concurrent=config.max_concurrent,
+        env_factory=env_factory,
+    )
+
+
 def compute_credit(
     config: CreditConfig | str,
     episodes: Sequence[RecordedEpisode],
@@ -223,14 +241,7 @@ def compute_credit(
                 f"credit method {config.name!r} re-simulates episodes: pass env= (an environment "
                 "of the episodes' scenario) or engine="
             )
-        engine = Resimulator(
-            env,
-            generate,
-            mode=config.mode,
-            keep_action=config.keep_action,
-            default_text=config.default_text,
-            max_concurrent=config.max_concurrent,
-        )
+        engine = engine_for(config, env, generate)
     if entry.counterfactual and engine is not None:
         for key in ("mode", "keep_action", "default_text"):
             if getattr(engine, key) != getattr(config, key):

@@ -24,6 +24,7 @@ from marl.credit import (
     is_counterfactual,
 )
 from marl.credit.counterfactual import GenerationRequest
+from marl.credit.registry import engine_for
 from marl.rollout import RolloutResult
 
 
@@ -70,15 +71,7 @@ def make_engine(
     """One re-simulation engine for the whole run (its pool of env copies is reused)."""
     if not is_counterfactual(credit.name):
         return None
-    return Resimulator(
-        env_factory(),
-        generate,
-        mode=credit.mode,
-        keep_action=credit.keep_action,
-        default_text=credit.default_text,
-        max_concurrent=credit.max_concurrent,
-        env_factory=env_factory,
-    )
+    return engine_for(credit, env_factory(), generate, env_factory=env_factory)
 
 
 def credit_phase(

@@ -7,7 +7,7 @@ import random
 from omegaconf import DictConfig
 
 from marl.config import load_config
-from marl.scenarios.bots import get_bot
+from marl.scenarios.bots import get_bot, play_bot_episode
 from marl.scenarios.registry import make
 from marl.scenarios.transcript import render_header, render_transcript
 
@@ -15,13 +15,10 @@ from marl.scenarios.transcript import render_header, render_transcript
 def play_scripted(scenario: str, bot: str, seed: int, overrides: dict | None = None) -> str:
     """Play one episode with scripted bots for every agent; returns the transcript."""
     env = make(scenario, **(overrides or {}))
-    policy = get_bot(env.spec.rules, bot)
-    rng = random.Random(seed)
-    observations, infos = env.reset(seed=seed)
-    header = render_header(env)
-    while env.agents:
-        actions = {a: policy(a, observations[a], infos[a], rng) for a in env.agents}
-        observations, _, _, _, infos = env.step(actions)
+    get_bot(env.spec.rules, bot)  # an unknown bot fails before anything is played
+    env.reset(seed=seed)
+    header = render_header(env)  # the state as dealt, before anyone acts
+    play_bot_episode(env, bot, seed, random.Random(seed))
     return header + "\n" + render_transcript(env)
 
 

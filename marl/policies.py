@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -32,16 +33,7 @@ from marl.policy_map import PolicyPlan, PolicySpec
 def model_spec(config: Config | ModelConfig) -> ModelSpec:
     """The agents-layer model spec of a config (or of one model config)."""
     m = config.model if isinstance(config, Config) else config
-    return ModelSpec(
-        kind=m.kind,
-        path=m.path,
-        dtype=m.dtype,
-        hidden_size=m.hidden_size,
-        num_layers=m.num_layers,
-        num_heads=m.num_heads,
-        intermediate_size=m.intermediate_size,
-        seed=m.seed,
-    )
+    return ModelSpec(**dataclasses.asdict(m))  # ModelConfig's fields are a subset of ModelSpec's
 
 
 def sampling_config(config: Config) -> SamplingConfig:

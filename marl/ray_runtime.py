@@ -309,9 +309,7 @@ class RayRuntime:
             zip(self.learners, ray.get([a.info.remote() for a in self.learners.values()]))
         )
         workers = [self.call_worker(i, "info") for i in range(len(self.workers))]
-        frozen = (
-            [p for p, s in self.plan.policies.items() if not s.trainable] if self.plan else []
-        )
+        frozen = [p for p, s in self.plan.policies.items() if not s.trainable] if self.plan else []
         return {
             "runtime": "ray",
             "strategy": self.settings.placement_strategy,

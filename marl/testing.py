@@ -17,7 +17,7 @@ from pettingzoo.test import parallel_api_test, parallel_seed_test
 from pettingzoo.utils.conversions import parallel_to_aec
 
 from marl.scenarios.base import TextScenarioEnv
-from marl.scenarios.bots import bot_names, get_bot
+from marl.scenarios.bots import bot_names, get_bot, play_bot_episode
 from marl.scenarios.registry import make
 
 
@@ -25,13 +25,7 @@ def play_episode(
     env: TextScenarioEnv, bot: str = "random", seed: int = 0, bot_seed: int = 0
 ) -> dict[str, float]:
     """Play one episode with a scripted bot for every agent; returns the episode returns."""
-    policy = get_bot(env.spec.rules, bot)
-    rng = random.Random(bot_seed)
-    observations, infos = env.reset(seed=seed)
-    while env.agents:
-        actions = {a: policy(a, observations[a], infos[a], rng) for a in env.agents}
-        observations, _, _, _, infos = env.step(actions)
-    return env.returns
+    return play_bot_episode(env, bot, seed, random.Random(bot_seed))
 
 
 def check_pettingzoo_api(factory: Callable[[], TextScenarioEnv]) -> None:

@@ -42,18 +42,13 @@ def scripted_episodes(slots: Sequence[EpisodeSlot], bot: str, seed: int) -> Roll
     """Play every slot with the scenario's scripted ``bot`` for every agent (no model, no turn
     records). Each episode's bot randomness comes from its own generator, so the result does
     not depend on which worker plays which episode."""
-    from marl.scenarios.bots import get_bot
+    from marl.scenarios.bots import play_bot_episode
 
     result = RolloutResult(slots=list(slots))
     for slot in slots:
         env = slot.env
-        policy = get_bot(env.spec.rules, bot)
         rng = random.Random(f"{seed}:{slot.seed}:{slot.episode_id}:bot")
-        observations, infos = env.reset(seed=slot.seed)
-        while env.agents:
-            actions = {a: policy(a, observations[a], infos[a], rng) for a in env.agents}
-            observations, _, _, _, infos = env.step(actions)
-        result.returns.append(dict(env.returns))
+        result.returns.append(play_bot_episode(env, bot, slot.seed, rng))
         result.malformed.append(dict(env.malformed))
     return result
 

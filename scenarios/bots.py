@@ -43,6 +43,17 @@ def random_bot(agent: str, observation: str, info: dict[str, Any], rng: random.R
     return "\n".join(lines)
 
 
+def play_bot_episode(env: Any, bot: str, seed: int, rng: random.Random) -> dict[str, float]:
+    """Reset ``env`` at ``seed`` and play it to the end with ``bot`` for every agent, drawing the
+    bot's randomness from ``rng``; returns the episode returns."""
+    policy = get_bot(env.spec.rules, bot)
+    observations, infos = env.reset(seed=seed)
+    while env.agents:
+        actions = {a: policy(a, observations[a], infos[a], rng) for a in env.agents}
+        observations, _, _, _, infos = env.step(actions)
+    return env.returns
+
+
 def get_bot(rules: str, name: str) -> Bot:
     """The bot called ``name`` for ``rules`` (``random`` fits every scenario)."""
     if name == "random":

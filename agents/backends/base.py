@@ -73,6 +73,30 @@ class PolicyBackend(Protocol):
         ...
 
 
+def copy_weights(
+    targets: Mapping[str, torch.Tensor], state_dict: Mapping[str, torch.Tensor]
+) -> None:
+    """Copy ``state_dict`` into the ``targets`` tensors in place (``load_weights`` of a backend).
+
+    Keys not given keep their values; an unknown name or a wrong shape is an error that names it.
+    """
+    unknown = [k for k in state_dict if k not in targets]
+    if unknown:
+        raise KeyError(
+            f"load_weights: {len(unknown)} unknown weight name(s), e.g. {unknown[:3]}; "
+            f"the model has e.g. {list(targets)[:3]}"
+        )
+    with torch.no_grad():
+        for name, value in state_dict.items():
+            target = targets[name]
+            if target.shape != value.shape:
+                raise ValueError(
+                    f"load_weights: {name!r} has shape {tuple(value.shape)}, the model "
+                    f"expects {tuple(target.shape)}"
+                )
+            target.copy_(value)
+
+
 BACKENDS: dict[str, Callable[..., PolicyBackend]] = {}
 
 

@@ -19,7 +19,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from marl.agents.backends.base import Generation, SamplingConfig, register_backend
+from marl.agents.backends.base import (
+    Generation,
+    SamplingConfig,
+    copy_weights,
+    register_backend,
+)
 from marl.agents.models import ModelSpec, load_model
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
@@ -186,22 +191,7 @@ class HFBackend:
         Works whether or not adapters are loaded. Keys not given keep their values; a key the
         model does not have is an error.
         """
-        targets = self._base_parameters()
-        unknown = [k for k in state_dict if k not in targets]
-        if unknown:
-            raise KeyError(
-                f"load_weights: {len(unknown)} unknown weight name(s), e.g. {unknown[:3]}; "
-                f"the model has e.g. {list(targets)[:3]}"
-            )
-        with torch.no_grad():
-            for name, value in state_dict.items():
-                target = targets[name]
-                if target.shape != value.shape:
-                    raise ValueError(
-                        f"load_weights: {name!r} has shape {tuple(value.shape)}, the model "
-                        f"expects {tuple(target.shape)}"
-                    )
-                target.copy_(value)
+        copy_weights(self._base_parameters(), state_dict)
 
     def _base_parameters(self) -> dict[str, torch.Tensor]:
         """The base model's tensors by their plain (un-peft-wrapped) names."""

@@ -57,7 +57,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from marl.agents.backends.base import Generation, SamplingConfig, register_backend
+from marl.agents.backends.base import (
+    Generation,
+    SamplingConfig,
+    copy_weights,
+    register_backend,
+)
 from marl.agents.backends.hf import _check_adapter_name, default_lora_config
 from marl.agents.models import ModelSpec, load_model, prepare_tokenizer
 
@@ -357,21 +362,7 @@ class VLLMBackend:
         if self.model is None:
             self._push(dict(state_dict))
             return
-        targets = self.model.state_dict(keep_vars=True)
-        unknown = [k for k in state_dict if k not in targets]
-        if unknown:
-            raise KeyError(
-                f"load_weights: {len(unknown)} unknown weight name(s), e.g. {unknown[:3]}; "
-                f"the model has e.g. {list(targets)[:3]}"
-            )
-        with torch.no_grad():
-            for name, value in state_dict.items():
-                if targets[name].shape != value.shape:
-                    raise ValueError(
-                        f"load_weights: {name!r} has shape {tuple(value.shape)}, the model "
-                        f"expects {tuple(targets[name].shape)}"
-                    )
-                targets[name].copy_(value)
+        copy_weights(self.model.state_dict(keep_vars=True), state_dict)
         self.sync()
 
     def sync(self) -> bool:
