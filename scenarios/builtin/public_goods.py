@@ -96,7 +96,7 @@ class PublicGoodsRules(Rules):
 
     def action_help(self, agent: str) -> str:
         """A contribution."""
-        return f"how many coins you contribute, 0 to {self.params.endowment} (e.g. ACTION: 5)."
+        return f"how many coins you contribute, 0 to {self.params.endowment}."
 
     def agent_info(self, agent: str) -> dict[str, Any]:
         """Structured facts for scripted bots."""

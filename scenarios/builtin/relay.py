@@ -90,7 +90,7 @@ class RelayRules(Rules):
         """The reporter writes the digits in order."""
         n = len(self.agents)
         return (
-            f"the full code as {n} digits in order (e.g. ACTION: {'0' * n}); "
+            f"the full code as {n} digits in order, with no spaces; "
             "the last round's answer counts."
         )
 

@@ -102,7 +102,7 @@ class SignalRules(Rules):
 
     def action_help(self, agent: str) -> str:
         """The listener answers with a candidate number."""
-        return f"the number of the target, 1 to {len(self.candidates)} (e.g. ACTION: 2)."
+        return f"the number of the target, 1 to {len(self.candidates)}."
 
     def agent_info(self, agent: str) -> dict[str, Any]:
         """Structured facts for scripted bots."""

@@ -146,7 +146,7 @@ class SpotlightRules(Rules):
 
     def action_help(self, agent: str) -> str:
         """The decider answers with an option's number or word."""
-        return f"the number (1 to {len(self.options)}) or the word of the answer (e.g. ACTION: 2)."
+        return f"the number (1 to {len(self.options)}) or the word of the answer."
 
     def agent_info(self, agent: str) -> dict[str, Any]:
         """Structured facts for scripted bots."""
