@@ -134,7 +134,14 @@ class AlgoConfig:
     clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high].
     beta:        weight of the k3 KL to the frozen initial policy (0 = no reference model).
     lr, weight_decay, max_grad_norm: AdamW and gradient clipping.
-    epochs:      passes over each iteration's turns; minibatch_size: turns per gradient step.
+    epochs:      passes over each iteration's turns, shuffled each time.
+    minibatch_size: turns per optimizer step (PPO/TRL style: an iteration of N turns takes
+                 ``epochs * ceil(N / minibatch_size)`` steps, so from the second minibatch on the
+                 ratio moves away from 1 and the clip can bind). Each minibatch's loss is
+                 normalised over all its turns, zero-advantage ones included.
+    max_nonfinite_updates: an optimizer step whose loss, gradient or new weights hold a NaN or
+                 inf is skipped (weights and AdamW state left as before it) and counted in
+                 ``policies/<id>/nonfinite_skips``; this many skipped steps in a row stop the run.
     """
 
     name: str = "grpo"
@@ -149,6 +156,7 @@ class AlgoConfig:
     max_grad_norm: float = 1.0
     epochs: int = 1
     minibatch_size: int = 16
+    max_nonfinite_updates: int = 3
 
     def __post_init__(self) -> None:
         _choice("algo.advantage", self.advantage, ("grpo", "dr_grpo", "rloo"))
@@ -160,6 +168,7 @@ class AlgoConfig:
         _positive("algo.max_grad_norm", self.max_grad_norm)
         _positive("algo.epochs", self.epochs)
         _positive("algo.minibatch_size", self.minibatch_size)
+        _positive("algo.max_nonfinite_updates", self.max_nonfinite_updates)
 
 
 @dataclass
