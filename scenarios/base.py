@@ -13,7 +13,8 @@ from __future__ import annotations
 import copy
 import functools
 import random
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import networkx as nx
@@ -64,6 +65,39 @@ class EpisodeState:
     public_events: list[str] = field(default_factory=list)
     log: list[TurnLog] = field(default_factory=list)
     done: bool = False
+
+
+def _copy_random(rng: random.Random) -> random.Random:
+    """An independent generator in the same state (faster than ``deepcopy``)."""
+    clone = random.Random()
+    clone.setstate(rng.getstate())
+    return clone
+
+
+def _working_copy(state: EpisodeState) -> EpisodeState:
+    """A copy of ``state`` that a step may mutate without touching ``state``.
+
+    Everything a step changes is copied: the rules and the router (deep), the channel RNG, and
+    the containers it appends to. What it only replaces (the graph) or never changes after
+    creation (messages, turn logs) is shared.
+    """
+    rules = state.rules
+    memo: dict[int, Any] = {}
+    if isinstance(getattr(rules, "rng", None), random.Random):
+        memo[id(rules.rng)] = _copy_random(rules.rng)
+    return replace(
+        state,
+        rules=copy.deepcopy(rules, memo),
+        router=copy.deepcopy(state.router),
+        channel_rng=_copy_random(state.channel_rng),
+        inbox={a: list(v) for a, v in state.inbox.items()},
+        outbox={a: list(v) for a, v in state.outbox.items()},
+        notices={a: list(v) for a, v in state.notices.items()},
+        returns=dict(state.returns),
+        malformed=dict(state.malformed),
+        public_events=list(state.public_events),
+        log=list(state.log),
+    )
 
 
 class TextScenarioEnv(ParallelEnv):
@@ -169,10 +203,30 @@ class TextScenarioEnv(ParallelEnv):
     def step(
         self, actions: dict[str, Any]
     ) -> tuple[dict[str, str], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]]:
-        """Play one round: route every agent's messages, then apply their actions."""
-        state = self._state
-        if state.done or not self.agents:
+        """Play one round: route every agent's messages, then apply their actions.
+
+        Transactional: the round is played on a working copy of the episode state, which
+        replaces the state only when the whole step succeeded. A step that raises (a bug in a
+        scenario's rules, say) leaves the environment exactly as it was, so a retry delivers
+        that round's messages once.
+        """
+        if self._state.done or not self.agents:
             raise RuntimeError("step() called on a finished episode; call reset() first")
+        if not isinstance(actions, Mapping):
+            raise TypeError(f"step() takes a dict of agent -> text, got {type(actions).__name__}")
+        before, agents_before = self._state, list(self.agents)
+        self._state = _working_copy(before)
+        try:
+            return self._play_round(actions)
+        except BaseException:
+            self._state, self.agents = before, agents_before
+            raise
+
+    def _play_round(
+        self, actions: Mapping[str, Any]
+    ) -> tuple[dict[str, str], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]]:
+        """The body of :meth:`step`, free to mutate ``self._state`` (a working copy)."""
+        state = self._state
         rnd = state.round
         parsed = {}
         turn_logs: dict[str, TurnLog] = {}

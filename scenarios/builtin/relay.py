@@ -131,7 +131,8 @@ def relay_rule_bot(agent: str, observation: str, info: dict[str, Any], rng: rand
     inbox = observation.split("Messages you received:")[-1].split("Messages you sent:")[0]
     if "Messages you received:" in observation:
         for pos, digit in _PIECE.findall(inbox):
-            known[int(pos)] = int(digit)
+            if len(pos) <= 6:  # a hostile 5,000-digit position would make int() raise
+                known[int(pos)] = int(digit)
     pieces = " ".join(f"{p}={d}" for p, d in sorted(known.items()))
     lines = [f"SAY: {pieces}"] if info.get("neighbours") else []
     if agent == info["reporter"]:

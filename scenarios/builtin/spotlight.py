@@ -165,6 +165,8 @@ class SpotlightRules(Rules):
         text = (raw or "").strip().lower()
         match = re.search(r"\d+", text)
         if match:
+            if len(match.group()) > 18:  # int() refuses 5,000 digits; out of range anyway
+                return None
             pick = int(match.group()) - 1
             return pick if 0 <= pick < len(self.options) else None
         named = [i for i, w in enumerate(self.options) if re.search(rf"\b{w}\b", text)]
