@@ -200,6 +200,33 @@ class LoggingConfig:
 
 
 @dataclass
+class EmergenceConfig:
+    """Emergent-communication metrics (``emergence/*``, :mod:`marl.emergence`,
+    docs/emergence.md).
+
+    influence_every:   measure listener influence (counterfactual re-simulation, which costs
+                       generation with LLM agents) at step 0, every this many steps and at the
+                       last step; 0 = never; null = every step for scripted agents, every 10
+                       for LLM agents. Between measurements the last values are logged again.
+    influence_samples: null-message branches per speaker and episode (>= 2).
+    permutations:      label-permuted copies whose mean MI is subtracted from the speaker MI.
+    """
+
+    influence_every: int | None = None
+    influence_samples: int = 2
+    permutations: int = 20
+
+    def __post_init__(self) -> None:
+        if self.influence_every is not None:
+            _positive("emergence.influence_every", self.influence_every, allow_zero=True)
+        if self.influence_samples < 2:
+            raise ConfigError(
+                f"emergence.influence_samples: must be >= 2, got {self.influence_samples}"
+            )
+        _positive("emergence.permutations", self.permutations, allow_zero=True)
+
+
+@dataclass
 class LoraSettings:
     """A LoRA adapter (Hu et al. 2021, peft) over the policy's frozen base model.
 
@@ -307,6 +334,7 @@ class Config:
     policy_map:      agent -> policy id, as RLlib's policy mapping; ``"*"``-style glob patterns
                      are allowed, an exact agent name wins over a pattern.
     ray:             the Ray runtime (:class:`RayConfig`).
+    emergence:       the emergent-communication metrics (:class:`EmergenceConfig`).
     """
 
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
@@ -328,6 +356,7 @@ class Config:
     policies: dict[str, Any] = field(default_factory=dict)
     policy_map: dict[str, str] = field(default_factory=dict)
     ray: RayConfig = field(default_factory=RayConfig)
+    emergence: EmergenceConfig = field(default_factory=EmergenceConfig)
 
     def __post_init__(self) -> None:
         _choice("agents", self.agents, ("llm", "scripted"))

@@ -20,6 +20,7 @@ from marl.checkpoint import load_checkpoint, save_checkpoint
 from marl.config import Config, ConfigError, load_config
 from marl.credit import is_counterfactual
 from marl.credit_phase import credit_phase, make_engine, mean_influence
+from marl.emergence import tracker_for
 from marl.metrics import rollout_metrics
 from marl.policy_map import PolicyPlan, assign_gpus, plan_for
 from marl.rollout import RolloutResult
@@ -114,6 +115,9 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             lambda: make(config.scenario.name, **config.scenario.overrides),
             runtime.credit_generate,
         )
+        emergence = tracker_for(config, runtime.credit_generate)
+        if resume is not None:
+            emergence.load_state_dict(resume.get("emergence"))
         progress = _progress(start, t.steps, config.logging.progress)
         for step in range(start, t.steps):
             began = time.perf_counter()
@@ -129,6 +133,9 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             runtime.sync()
             sync_time = time.perf_counter() - sync_began
             metrics = rollout_metrics(rollout)
+            emergence_began = time.perf_counter()
+            metrics.update(emergence.step([s.env for s in rollout.slots], step))
+            metrics["perf/emergence_time"] = time.perf_counter() - emergence_began
             metrics.update(credit_metrics)
             metrics.update(_policy_metrics(updates))
             step_time = time.perf_counter() - began
@@ -147,7 +154,11 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             _log_samples(logger, config, rollout, credit_result, step)
             last = step + 1 == t.steps
             if last or (t.checkpoint_every and (step + 1) % t.checkpoint_every == 0):
-                save_checkpoint(run_dir, step + 1, _checkpoint(config, runtime, step + 1))
+                state = {
+                    **_checkpoint(config, runtime, step + 1),
+                    "emergence": emergence.state_dict(),
+                }
+                save_checkpoint(run_dir, step + 1, state)
             progress.update(1)
             progress.set_postfix(
                 reward=f"{metrics.get('team/reward', 0.0):+.3f}", step_s=f"{step_time:.1f}"

@@ -89,6 +89,14 @@ class Rules:
         """What only ``agent`` knows, as text."""
         return ""
 
+    def private_label(self, agent: str) -> str | None:
+        """The private information a message of ``agent`` could carry, as one short label
+        (signal: the target; relay: the agent's digit), or ``None`` when it has none.
+
+        It is the S of the speaker-consistency metric I(M; S) (:mod:`marl.emergence`); it is
+        read when the episode is over, so it must be what the agent knew while it talked."""
+        return None
+
     def public_state(self) -> str:
         """What everybody sees, as text."""
         return ""

@@ -86,6 +86,10 @@ class RelayRules(Rules):
             text += f" Pass every digit you know towards {self.reporter}, the reporter."
         return text
 
+    def private_label(self, agent: str) -> str | None:
+        """The agent's own digit."""
+        return str(self.code[self._position(agent) - 1])
+
     def action_help(self, agent: str) -> str:
         """The reporter writes the digits in order."""
         n = len(self.agents)

@@ -100,6 +100,10 @@ class SignalRules(Rules):
         listing = "; ".join(f"{i + 1}: {c} {s}" for i, (c, s) in enumerate(self.candidates))
         return f"Candidates: {listing}. {self.speaker} knows which one is the target."
 
+    def private_label(self, agent: str) -> str | None:
+        """The speaker's target (the listener's candidates are no message's content)."""
+        return " ".join(self.candidates[self.target]) if agent == self.speaker else None
+
     def action_help(self, agent: str) -> str:
         """The listener answers with a candidate number."""
         return f"the number of the target, 1 to {len(self.candidates)}."

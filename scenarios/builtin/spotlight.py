@@ -144,6 +144,10 @@ class SpotlightRules(Rules):
             return f"You saw the answer: {self.options[self.answer]}. Tell {self.decider}."
         return f"You did not see the answer. {self.decider} must choose among the options."
 
+    def private_label(self, agent: str) -> str | None:
+        """A scout's answer word; free riders and the decider have none."""
+        return self.options[self.answer] if agent in self.scouts else None
+
     def action_help(self, agent: str) -> str:
         """The decider answers with an option's number or word."""
         return f"the number (1 to {len(self.options)}) or the word of the answer."

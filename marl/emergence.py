@@ -1,0 +1,620 @@
+"""Emergent-communication metrics: is there a language, does it carry information, is it heard?
+
+Everything is measured per agent (the agent as a speaker) and per directed edge ``u->v`` of the
+communication graph, from finished episodes (``TextScenarioEnv`` s with their turn logs), and
+logged under ``emergence/<agent>/<metric>`` and ``emergence/edges/<u>-><v>/<metric>``. The
+formulas, estimators and references are in ``docs/emergence.md``; in short:
+
+- ``message_rate``: messages delivered per *talk turn* (a round in which the agent could talk:
+  the rules let it and it had at least one out-neighbour; per edge: the edge existed);
+  ``length_chars`` / ``length_words``: mean length of those messages.
+- ``vocab_messages`` / ``vocab_words``: distinct normalised messages / words; ``entropy``: the
+  plug-in entropy (bits) of the normalised-message distribution.
+- ``speaker_mi``: positive signalling (Lowe et al. 2019), I(M; S) in bits between the speaker's
+  private label S (:meth:`Rules.private_label`) and its message M in each talk turn (silence is a
+  message), bias-corrected by subtracting the mean MI of label-permuted copies;
+  ``speaker_mi_plugin`` is the uncorrected plug-in value, ``speaker_mi_norm`` the corrected
+  value over what a speaker that names its label every time would get on the same labels.
+- ``influence_action`` / ``influence_return``: positive listening / causal influence (Jaques et
+  al. 2019), from counterfactual re-simulation (:class:`~marl.credit.Resimulator`) with the
+  speaker's messages replaced by a null message. ``influence_action`` is half the squared L2
+  distance between the listener's action distribution with and without the message, estimated
+  without bias from the recorded action, one fresh sample with the message and ``samples``
+  samples without it; ``influence_return`` is the listener's return minus its mean return
+  without the message.
+- ``drift``: Jensen-Shannon divergence (bits) between the word distributions of consecutive
+  logging steps.
+
+The pure functions take plain data (:class:`TalkTurn` lists, counters, recorded episodes);
+:func:`emergence_metrics` computes everything from a list of finished environments, and
+:class:`EmergenceTracker` keeps what ``marl train`` needs between steps (previous words, the last
+influence values) so that every tag is logged at every step (STYLE.md habit 14).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from marl.credit.counterfactual import (
+    Branch,
+    Generate,
+    GenerationRequest,
+    Intervention,
+    RecordedEpisode,
+    Resimulator,
+)
+from marl.protocols.graphs import build_graph
+from marl.protocols.markup import parse_completion
+
+__all__ = [
+    "INFLUENCE_METRICS",
+    "EmergenceTracker",
+    "TalkTurn",
+    "corrected_mutual_information",
+    "edge_key",
+    "emergence_metrics",
+    "entropy_bits",
+    "js_divergence_bits",
+    "listener_influence",
+    "message_metrics",
+    "mutual_information_bits",
+    "normalise",
+    "speaker_consistency",
+    "talk_turns",
+    "tracker_for",
+    "vocabulary_drift",
+    "word_distributions",
+]
+
+SILENCE = "<silence>"  # the message of a talk turn in which nothing was sent
+MESSAGE_METRICS = (
+    "message_rate",
+    "length_chars",
+    "length_words",
+    "vocab_messages",
+    "vocab_words",
+    "entropy",
+)
+CONSISTENCY_METRICS = ("speaker_mi", "speaker_mi_plugin", "speaker_mi_norm")
+INFLUENCE_METRICS = ("influence_action", "influence_return")
+PREFIX = "emergence/"
+
+
+# --- plain data -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TalkTurn:
+    """One round in which ``agent`` could talk, and what it delivered.
+
+    neighbours: whom it could message this round (its out-edges).
+    messages:   every message delivered, as ``(text, receivers)``; empty = silence.
+    label:      the agent's private label (:meth:`Rules.private_label`), or None.
+    """
+
+    episode: int
+    round: int
+    agent: str
+    neighbours: tuple[str, ...]
+    messages: tuple[tuple[str, tuple[str, ...]], ...]
+    label: str | None = None
+
+    def texts_to(self, receiver: str | None = None) -> list[str]:
+        """The texts delivered this turn (to ``receiver`` only, when given)."""
+        return [t for t, to in self.messages if receiver is None or receiver in to]
+
+
+def edge_key(sender: str, receiver: str) -> str:
+    """The key of a directed edge in metric names: ``edges/<u>-><v>``."""
+    return f"edges/{sender}->{receiver}"
+
+
+def normalise(text: str) -> str:
+    """A message as a vocabulary item: lower case, punctuation dropped, single spaces."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def _round_graphs(env: Any) -> list[Any]:
+    """The communication graph of every round the episode played (rebuilt from its seed)."""
+    rounds = max((t.round for t in env.log), default=-1) + 1
+    spec = env.spec.graph
+    static = getattr(spec, "rewire_every", 0) <= 0
+    first = build_graph(env.possible_agents, spec, env.episode_seed, 0)
+    return [
+        first if static else build_graph(env.possible_agents, spec, env.episode_seed, r)
+        for r in range(rounds)
+    ]
+
+
+def talk_turns(env: Any, episode: int = 0) -> list[TalkTurn]:
+    """The talk turns of a finished episode, read off its turn log (the env is not changed).
+
+    A turn is a talk turn when the rules let the agent talk that round (``can_talk``, which is
+    asked after the episode, so it must depend on the round only, as in every built-in
+    scenario) and the graph of that round gives it at least one out-neighbour.
+    """
+    rules = env.rules
+    graphs = _round_graphs(env)
+    out = []
+    for turn in env.log:
+        graph = graphs[turn.round]
+        neighbours = tuple(sorted(graph.successors(turn.agent))) if turn.agent in graph else ()
+        if not neighbours or not rules.can_talk(turn.agent, turn.round):
+            continue
+        label = rules.private_label(turn.agent)
+        messages = tuple((m.text, tuple(m.receivers)) for m in turn.delivered)
+        out.append(TalkTurn(episode, turn.round, turn.agent, neighbours, messages, label))
+    return out
+
+
+def episode_edges(env: Any) -> set[tuple[str, str]]:
+    """Every directed edge the episode's graph had in some round."""
+    return {e for g in _round_graphs(env) for e in g.edges()}
+
+
+def _keys(turns: Iterable[TalkTurn]) -> Iterable[tuple[str, TalkTurn, str | None]]:
+    """Each talk turn under its agent key, and under each edge it could use."""
+    for turn in turns:
+        yield turn.agent, turn, None
+        for v in turn.neighbours:
+            yield edge_key(turn.agent, v), turn, v
+
+
+# --- estimators -------------------------------------------------------------------------------
+def entropy_bits(counts: Iterable[int]) -> float:
+    """Plug-in Shannon entropy, in bits, of a histogram (0 for an empty one)."""
+    counts = [c for c in counts if c > 0]
+    total = sum(counts)
+    if not total:
+        return 0.0
+    return -sum(c / total * math.log2(c / total) for c in counts)
+
+
+def mutual_information_bits(pairs: Sequence[tuple[Hashable, Hashable]]) -> float:
+    """Plug-in mutual information I(X; Y) = H(X) + H(Y) - H(X, Y), in bits, of (x, y) samples."""
+    if not pairs:
+        return 0.0
+    xs = Counter(x for x, _ in pairs)
+    ys = Counter(y for _, y in pairs)
+    joint = Counter(pairs)
+    return max(
+        entropy_bits(xs.values()) + entropy_bits(ys.values()) - entropy_bits(joint.values()),
+        0.0,
+    )
+
+
+def corrected_mutual_information(
+    pairs: Sequence[tuple[Hashable, Hashable]], permutations: int = 20, seed: int = 0
+) -> tuple[float, float]:
+    """``(corrected, plugin)`` MI in bits; corrected = plugin - mean plugin MI of
+    ``permutations`` copies with the x's shuffled (the MI that chance alone gives at this
+    sample size and these marginals). About 0 when X and Y are independent; it may dip below 0.
+    """
+    plugin = mutual_information_bits(pairs)
+    if permutations <= 0 or len(pairs) < 2:
+        return plugin, plugin
+    rng = random.Random(seed)
+    xs = [x for x, _ in pairs]
+    ys = [y for _, y in pairs]
+    null = []
+    for _ in range(permutations):
+        rng.shuffle(xs)
+        null.append(mutual_information_bits(list(zip(xs, ys))))
+    return plugin - fmean(null), plugin
+
+
+def js_divergence_bits(p: Mapping[Hashable, float], q: Mapping[Hashable, float]) -> float:
+    """Jensen-Shannon divergence in bits (0..1) of two histograms (normalised here). Two empty
+    histograms are equal (0); an empty one against a non-empty one is maximally apart (1)."""
+    total_p, total_q = sum(p.values()), sum(q.values())
+    if not total_p and not total_q:
+        return 0.0
+    if not total_p or not total_q:
+        return 1.0
+    value = 0.0
+    for key in set(p) | set(q):
+        a, b = p.get(key, 0) / total_p, q.get(key, 0) / total_q
+        m = (a + b) / 2
+        if a:
+            value += a / 2 * math.log2(a / m)
+        if b:
+            value += b / 2 * math.log2(b / m)
+    return min(max(value, 0.0), 1.0)
+
+
+# --- message statistics -----------------------------------------------------------------------
+def message_metrics(turns: Sequence[TalkTurn]) -> dict[str, float]:
+    """Rate, length, vocabulary and entropy per agent and per edge, as ``{"<key>/<metric>"}``.
+
+    Keys that had talk turns but sent nothing get zeros."""
+    talk: Counter[str] = Counter()
+    texts: dict[str, list[str]] = defaultdict(list)
+    for key, turn, receiver in _keys(turns):
+        talk[key] += 1
+        texts[key] += turn.texts_to(receiver)
+    out: dict[str, float] = {}
+    for key in talk:
+        sent = texts[key]
+        norm = [normalise(t) for t in sent]
+        words = [w for n in norm for w in n.split()]
+        out[f"{key}/message_rate"] = len(sent) / talk[key]
+        out[f"{key}/length_chars"] = fmean(len(t) for t in sent) if sent else 0.0
+        out[f"{key}/length_words"] = fmean(len(n.split()) for n in norm) if sent else 0.0
+        out[f"{key}/vocab_messages"] = float(len(set(norm)))
+        out[f"{key}/vocab_words"] = float(len(set(words)))
+        out[f"{key}/entropy"] = entropy_bits(Counter(norm).values())
+    return out
+
+
+def speaker_consistency(
+    turns: Sequence[TalkTurn], permutations: int = 20, seed: int = 0
+) -> dict[str, float]:
+    """Positive signalling: I(M; S) per agent and per edge, over the talk turns of agents with a
+    private label. M is the turn's normalised messages (to that receiver, for an edge), joined;
+    ``SILENCE`` when nothing was sent. Also the plug-in value and the corrected value
+    normalised by its ceiling (the corrected MI of the labels with themselves: a speaker whose
+    message always names its label scores 1). Keys without labelled turns get zeros."""
+    samples: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for key, turn, receiver in _keys(turns):
+        samples.setdefault(key, [])
+        if turn.label is None:
+            continue
+        message = " | ".join(normalise(t) for t in turn.texts_to(receiver)) or SILENCE
+        samples[key].append((turn.label, message))
+    out: dict[str, float] = {}
+    for i, (key, pairs) in enumerate(sorted(samples.items())):
+        corrected, plugin = corrected_mutual_information(pairs, permutations, seed * 7919 + i)
+        # what a speaker whose every message names its label would score on these labels
+        ceiling, _ = corrected_mutual_information(
+            [(s, s) for s, _ in pairs], permutations, seed * 7919 + i
+        )
+        out[f"{key}/speaker_mi"] = corrected
+        out[f"{key}/speaker_mi_plugin"] = plugin
+        out[f"{key}/speaker_mi_norm"] = corrected / ceiling if ceiling > 1e-12 else 0.0
+    return out
+
+
+def word_distributions(turns: Sequence[TalkTurn]) -> dict[str, Counter[str]]:
+    """The words each agent (and each edge) sent, counted (an empty counter for silence)."""
+    out: dict[str, Counter[str]] = {}
+    for key, turn, receiver in _keys(turns):
+        counter = out.setdefault(key, Counter())
+        for text in turn.texts_to(receiver):
+            counter.update(normalise(text).split())
+    return out
+
+
+def vocabulary_drift(
+    previous: Mapping[str, Mapping[str, float]], current: Mapping[str, Mapping[str, float]]
+) -> dict[str, float]:
+    """``<key>/drift``: JS divergence between the previous and current word distributions of
+    every key in ``current`` (0 for a key seen for the first time)."""
+    return {
+        f"{key}/drift": js_divergence_bits(previous[key], words) if key in previous else 0.0
+        for key, words in current.items()
+    }
+
+
+# --- listener influence -----------------------------------------------------------------------
+def action_of(completion: str | None) -> str:
+    """The action a completion takes, normalised: its ACTION line, else its prose (as lenient
+    scenarios read it); ``""`` for none."""
+    if completion is None:
+        return ""
+    parsed = parse_completion(completion, require_action=False)
+    return normalise(parsed.action or parsed.free_text or "")
+
+
+def discrete_energy(factual: Sequence[str], null: Sequence[str]) -> float:
+    """Half the squared L2 distance between two action distributions, unbiased from samples:
+    E d(p, q) - (E d(p, p') + E d(q, q')) / 2 with d = 1 when two actions differ, each
+    expectation averaged over the pairs of distinct samples. Needs at least two samples of
+    each side; 0 when the two distributions are equal, 1 when both are the same point mass
+    apart."""
+    if len(factual) < 2 or len(null) < 2:
+        raise ValueError("discrete_energy needs at least two samples of each distribution")
+
+    def within(xs: Sequence[str]) -> float:
+        return fmean(xs[i] != xs[j] for i in range(len(xs)) for j in range(i + 1, len(xs)))
+
+    across = fmean(a != b for a in factual for b in null)
+    return across - (within(factual) + within(null)) / 2
+
+
+@dataclass
+class _Pair:
+    """One speaker->listener contact in one episode (the speaker delivered to the listener)."""
+
+    episode: int
+    speaker: str
+    listener: str
+    first_round: int
+    action_round: int | None = None
+    placebo: str = ""
+    branches: list[int] = field(default_factory=list)
+
+
+def _first_action_round(record: RecordedEpisode, listener: str, after: int) -> int | None:
+    """The first round after ``after`` in which ``listener`` had to act (prompted, not idle)."""
+    points = record.points or []
+    for r in range(after + 1, len(points)):
+        point = points[r]
+        if listener in point.agents and listener not in point.idle:
+            if point.infos.get(listener, {}).get("needs_action", True):
+                return r
+    return None
+
+
+def listener_influence(
+    envs: Sequence[Any],
+    engine: Resimulator,
+    generate: Generate,
+    samples: int = 2,
+) -> dict[str, float]:
+    """Causal influence of every speaker on every listener it reached, per edge and per agent.
+
+    For each episode and each agent u that delivered a message, ``samples`` branches replay the
+    episode with all of u's messages replaced by nothing (null). For each listener v of u:
+
+    - ``influence_return``: v's recorded return minus its mean return over the null branches;
+    - ``influence_action``: :func:`discrete_energy` between v's action in its first acting round
+      after u's first message (the recorded one plus one fresh sample from the same prompt,
+      asked of ``generate``) and v's action in that round of each null branch.
+
+    Each edge u->v averages over the episodes where the edge existed (an episode in which u sent
+    v nothing, or v never acted after it, counts 0); the agent key averages over all its edges.
+    """
+    if samples < 2:
+        raise ValueError(f"emergence.influence_samples: must be >= 2, got {samples}")
+    records = [RecordedEpisode.from_env(env, episode_id=i) for i, env in enumerate(envs)]
+    pairs: dict[tuple[int, str, str], _Pair] = {}
+    for i, env in enumerate(envs):
+        for turn in env.log:
+            for message in turn.delivered:
+                for v in message.receivers:
+                    key = (i, message.sender, v)
+                    if key not in pairs:
+                        pairs[key] = _Pair(i, message.sender, v, message.round)
+    branches: list[Branch] = []
+    branch_of: dict[tuple[int, str], list[int]] = {}
+    for i, u in sorted({(p.episode, p.speaker) for p in pairs.values()}):
+        start = len(branches)
+        branches += [Branch(i, (Intervention(u, "null"),))] * samples
+        branch_of[(i, u)] = list(range(start, len(branches)))
+    outcomes = engine.run(records, branches) if branches else []
+    placebo: list[tuple[_Pair, GenerationRequest]] = []
+    for pair in pairs.values():
+        pair.branches = branch_of[(pair.episode, pair.speaker)]
+        record = records[pair.episode]
+        pair.action_round = _first_action_round(record, pair.listener, pair.first_round)
+        if pair.action_round is not None:
+            point = record.points[pair.action_round]  # type: ignore[index]
+            v = pair.listener
+            request = GenerationRequest(
+                "respond", v, point.system_prompts[v], point.observations[v], point.infos[v], 1
+            )
+            placebo.append((pair, request))
+    if placebo:
+        texts = generate([r for _, r in placebo])
+        for (pair, _), options in zip(placebo, texts):
+            pair.placebo = list(options)[0]
+    effects: dict[tuple[int, str, str], tuple[float, float]] = {}
+    for key, pair in pairs.items():
+        record = records[pair.episode]
+        v, t = pair.listener, pair.action_round
+        nulls = [outcomes[b] for b in pair.branches]
+        ret = record.returns.get(v, 0.0) - fmean(o.returns.get(v, 0.0) for o in nulls)
+        act = 0.0
+        if t is not None:
+            factual = [action_of(record.completions[t].get(v)), action_of(pair.placebo)]
+            null = [
+                action_of(o.completions[t].get(v) if t < len(o.completions) else None)
+                for o in nulls
+            ]
+            act = discrete_energy(factual, null)
+        effects[key] = (act, ret)
+    totals: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for i, env in enumerate(envs):
+        for u, v in sorted(episode_edges(env)):
+            effect = effects.get((i, u, v), (0.0, 0.0))
+            totals[edge_key(u, v)].append(effect)
+            totals[u].append(effect)
+    out: dict[str, float] = {}
+    for key, values in totals.items():
+        out[f"{key}/influence_action"] = fmean(a for a, _ in values)
+        out[f"{key}/influence_return"] = fmean(r for _, r in values)
+    return out
+
+
+# --- everything at once -----------------------------------------------------------------------
+def _all_keys(envs: Sequence[Any]) -> set[str]:
+    """Every agent and every edge key of these episodes."""
+    keys: set[str] = set()
+    for env in envs:
+        keys.update(env.possible_agents)
+        keys.update(edge_key(u, v) for u, v in episode_edges(env))
+    return keys
+
+
+def emergence_metrics(
+    envs: Sequence[Any],
+    *,
+    generate: Generate | None = None,
+    env_factory: Callable[[], Any] | None = None,
+    engine: Resimulator | None = None,
+    influence_samples: int = 2,
+    permutations: int = 20,
+    seed: int = 0,
+    previous_words: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, float]:
+    """Every emergence metric of a list of finished environments, as ``emergence/...`` scalars.
+
+    Influence is measured when ``generate`` is given (scripted bots:
+    ``marl.credit.responders.bot_generate(get_bot(rules, "rule"))``; LLM policies: the
+    runtime's ``credit_generate``), re-simulating through ``engine`` (its ``generate`` is set to
+    ``generate``) or a new :class:`Resimulator` over environments from ``env_factory``
+    (default: deep copies of ``envs[0]``). Drift is measured against ``previous_words`` (a
+    :func:`word_distributions` result) when given. Every agent and every edge gets every metric
+    measured, zeros included.
+    """
+    return _measure(
+        envs, generate, env_factory, engine, influence_samples, permutations, seed, previous_words
+    )[0]
+
+
+def _measure(
+    envs: Sequence[Any],
+    generate: Generate | None,
+    env_factory: Callable[[], Any] | None,
+    engine: Resimulator | None,
+    influence_samples: int,
+    permutations: int,
+    seed: int,
+    previous_words: Mapping[str, Mapping[str, float]] | None,
+) -> tuple[dict[str, float], dict[str, Counter[str]]]:
+    """:func:`emergence_metrics` plus this step's word distributions (for the next drift)."""
+    turns = [t for i, env in enumerate(envs) for t in talk_turns(env, i)]
+    words = word_distributions(turns)
+    if not envs:
+        return {}, words
+    values = message_metrics(turns)
+    values.update(speaker_consistency(turns, permutations, seed))
+    if previous_words is not None:
+        values.update(vocabulary_drift(previous_words, words))
+    if generate is not None:
+        if engine is None:
+            engine = Resimulator(envs[0], generate, env_factory=env_factory)
+        engine.generate = generate
+        values.update(listener_influence(envs, engine, generate, influence_samples))
+    metrics = [*MESSAGE_METRICS, *CONSISTENCY_METRICS]
+    metrics += ["drift"] if previous_words is not None else []
+    metrics += list(INFLUENCE_METRICS) if generate is not None else []
+    scalars = {
+        f"{PREFIX}{key}/{name}": float(values.get(f"{key}/{name}", 0.0))
+        for key in sorted(_all_keys(envs))
+        for name in metrics
+    }
+    return scalars, words
+
+
+class EmergenceTracker:
+    """The emergence metrics of each training step, with what they need between steps.
+
+    generate_for:   step -> the batched ``generate`` for influence at that step (None: never).
+    influence_every: measure influence at step 0, every this many steps and at the last
+                    step (0: never). Between measurements the last values are logged again,
+                    and ``emergence/influence_fresh`` says whether this step measured (1) or not.
+    Every key once logged is logged at every later step (0 when it had no data this step).
+    """
+
+    def __init__(
+        self,
+        env_factory: Callable[[], Any],
+        generate_for: Callable[[int], Generate] | None,
+        *,
+        influence_every: int = 1,
+        influence_samples: int = 2,
+        permutations: int = 20,
+        seed: int = 0,
+        total_steps: int | None = None,
+    ) -> None:
+        self.env_factory = env_factory
+        self.generate_for = generate_for
+        self.influence_every = influence_every
+        self.influence_samples = influence_samples
+        self.permutations = permutations
+        self.seed = seed
+        self.total_steps = total_steps
+        self.engine: Resimulator | None = None
+        self.words: dict[str, dict[str, float]] | None = None
+        self.last: dict[str, float] = {}
+
+    def measures_influence(self, step: int) -> bool:
+        """Whether influence is measured at ``step`` (0-based)."""
+        n = self.influence_every
+        if self.generate_for is None or n <= 0:
+            return False
+        return step % n == 0 or (self.total_steps is not None and step + 1 == self.total_steps)
+
+    def step(self, envs: Sequence[Any], step: int) -> dict[str, float]:
+        """The ``emergence/...`` scalars of one step's finished environments."""
+        generate = None
+        if self.measures_influence(step):
+            assert self.generate_for is not None
+            generate = self.generate_for(step)
+            if self.engine is None:
+                self.engine = Resimulator(
+                    self.env_factory(), generate, env_factory=self.env_factory
+                )
+        values, words = _measure(
+            envs,
+            generate,
+            None,
+            self.engine,
+            self.influence_samples,
+            self.permutations,
+            self.seed * 1_000_003 + step,
+            self.words or {},
+        )
+        self.words = {k: dict(c) for k, c in words.items()}
+        if generate is None:  # not measured this step (or never): the last values, else 0
+            for key in _all_keys(envs):
+                for name in INFLUENCE_METRICS:
+                    tag = f"{PREFIX}{key}/{name}"
+                    values[tag] = self.last.get(tag, 0.0)
+        for tag in self.last:  # a tag logged before but without data now: 0, never a gap
+            values.setdefault(tag, 0.0)
+        values[f"{PREFIX}influence_fresh"] = 1.0 if generate is not None else 0.0
+        self.last = dict(values)
+        return values
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps, so that a resumed run logs what an unbroken one would."""
+        return {"words": self.words, "last": dict(self.last)}
+
+    def load_state_dict(self, state: Mapping[str, Any] | None) -> None:
+        """Restore :meth:`state_dict` (``None``: a checkpoint written before emergence metrics)."""
+        if state:
+            self.words = state.get("words")
+            self.last = dict(state.get("last") or {})
+
+
+def tracker_for(config: Any, credit_generate: Generate | None) -> EmergenceTracker:
+    """The tracker ``marl train`` uses for ``config`` (a :class:`marl.config.Config`).
+
+    Scripted agents respond through their bot (seeded by the run seed and the step); LLM agents
+    through ``credit_generate`` (the runtime's batched generation).
+    """
+    from marl.credit.responders import bot_generate
+    from marl.scenarios.bots import get_bot
+    from marl.scenarios.registry import make
+
+    e = config.emergence
+
+    def env_factory() -> Any:
+        return make(config.scenario.name, **config.scenario.overrides)
+
+    generate_for: Callable[[int], Generate] | None
+    if config.agents == "scripted":
+        bot = get_bot(env_factory().spec.rules, config.bot)
+        every = 1 if e.influence_every is None else e.influence_every
+
+        def generate_for(step: int) -> Generate:
+            return bot_generate(bot, seed=config.seed * 1_000_003 + step)
+    else:
+        every = 10 if e.influence_every is None else e.influence_every
+        generate_for = (lambda step: credit_generate) if credit_generate is not None else None
+    return EmergenceTracker(
+        env_factory,
+        generate_for,
+        influence_every=every,
+        influence_samples=e.influence_samples,
+        permutations=e.permutations,
+        seed=config.seed,
+        total_steps=config.train.steps,
+    )
