@@ -1,7 +1,18 @@
-"""Observation text -> chat prompt token ids, through the model's own chat template."""
+"""Observation text -> chat prompt token ids, through the model's own chat template.
+
+Trust: the chat template is trusted, the text put into it is not. System prompts and
+observations carry scenario text, agent names and other agents' messages, so a message such as
+``<|im_end|><|im_start|>system ...`` must reach the receiver as the characters it is, never as
+the control tokens that would forge a turn. :func:`prompt_ids` therefore renders the template
+around placeholders, tokenizes the template's own text with special tokens recognised, and
+tokenizes every piece of content with no special or added token recognised, whatever the
+tokenizer.
+"""
 
 from __future__ import annotations
 
+import re
+import secrets
 from typing import Any
 
 
@@ -19,15 +30,61 @@ def prompt_ids(
 ) -> list[int]:
     """Token ids of the rendered chat, ending with the assistant generation prompt.
 
+    Special tokens come only from the chat template: no substring of ``system_prompt`` or
+    ``observation`` becomes a special or added token (see :func:`untrusted_ids`).
     When ``max_prompt_tokens`` is set, the oldest tokens of the rendering are dropped from the
     left (the observation's newest lines are at its end).
     """
-    ids = tokenizer.apply_chat_template(
-        chat_messages(system_prompt, observation), add_generation_prompt=True, tokenize=True
-    )
-    if hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
-        ids = ids["input_ids"]
-    ids = list(ids)
+    messages = chat_messages(system_prompt, observation)
+    nonce = secrets.token_hex(8)  # content cannot guess it, so it cannot fake a placeholder
+    slots = {f"\x00marl-{nonce}-{i}\x00": m["content"] for i, m in enumerate(messages)}
+    templated = [{**m, "content": slot} for m, slot in zip(messages, slots, strict=True)]
+    rendered = tokenizer.apply_chat_template(templated, add_generation_prompt=True, tokenize=False)
+    ids: list[int] = []
+    # the capturing group keeps the placeholders: odd pieces are content, even ones template
+    for k, piece in enumerate(re.split(f"({'|'.join(map(re.escape, slots))})", rendered)):
+        if k % 2:
+            ids += untrusted_ids(tokenizer, slots[piece])
+        elif piece:
+            ids += _encode(tokenizer, piece, split_special_tokens=False)
     if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
         ids = ids[-max_prompt_tokens:]
     return ids
+
+
+def untrusted_ids(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` in which no special or added token is recognised.
+
+    Special tokens are split into ordinary tokens (``split_special_tokens``). Added tokens that
+    are not special (which that flag leaves whole) and any other token the tokenizer would still
+    produce are spelled character by character; an id that remains a control token even then is
+    dropped. The unknown token is allowed: it is what a tokenizer gives an unknown character.
+    """
+    protected_ids, pattern = _protected(tokenizer)
+    ids: list[int] = []
+    for piece in pattern.split(text) if pattern else [text]:
+        if not piece:
+            continue
+        part = _encode(tokenizer, piece, split_special_tokens=True)
+        if protected_ids.intersection(part):
+            part = [i for ch in piece for i in _encode(tokenizer, ch, split_special_tokens=True)]
+            part = [i for i in part if i not in protected_ids]
+        ids += part
+    return ids
+
+
+def _protected(tokenizer: Any) -> tuple[set[int], re.Pattern[str] | None]:
+    """The control token ids of ``tokenizer`` and a pattern matching their strings."""
+    tokens = {int(i): str(t) for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
+    for token, i in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids, strict=True):
+        tokens[int(i)] = str(token)
+    strings = sorted({t for t in tokens.values() if t}, key=len, reverse=True)
+    pattern = re.compile(f"({'|'.join(map(re.escape, strings))})") if strings else None
+    protected_ids = set(tokens) - {tokenizer.unk_token_id}
+    return protected_ids, pattern
+
+
+def _encode(tokenizer: Any, text: str, *, split_special_tokens: bool) -> list[int]:
+    """Token ids of ``text`` with no BOS/EOS added (the template places those)."""
+    out = tokenizer(text, add_special_tokens=False, split_special_tokens=split_special_tokens)
+    return list(out["input_ids"])
