@@ -1,14 +1,17 @@
 """Per-token logprobs of given responses, recomputed with one padded forward pass.
 
-The learner calls :func:`sequence_logprobs` with gradients enabled to get the current policy's
-logprobs of the tokens a behaviour policy sampled; the HF backend's tests call it to check the
-logprobs that ``generate`` reports. :func:`top_p_filter` is the nucleus filter of the sampling
-distribution, written to match transformers' ``TopPLogitsWarper``.
+The learner calls :func:`response_logprobs` with gradients enabled to get the current policy's
+logprobs of the tokens a behaviour policy sampled: under the sampling distribution for the
+importance ratio, and without top-p for the KL term, which is then finite for every token. The
+HF backend's tests call :func:`sequence_logprobs` to check the logprobs that ``generate``
+reports. :func:`top_p_filter` is the nucleus filter of the sampling distribution, written to
+match transformers' ``TopPLogitsWarper``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -45,6 +48,22 @@ def sampling_logprobs(
     return torch.log_softmax(top_p_filter(scaled, top_p), dim=-1)  # (..., V)
 
 
+class ResponseLogprobs(NamedTuple):
+    """Per-token logprobs of B responses, left-aligned and padded to the longest, ``T``.
+
+    ``sampling``: ``(B, T)`` under the sampling distribution (temperature, then top-p), the one
+    the behaviour policy drew from; ``-inf`` for a token outside the nucleus. The importance ratio
+    compares these. ``untruncated``: ``(B, T)`` under the temperature-scaled distribution without
+    top-p, finite for every token; the KL to a reference uses these (the same tensor as
+    ``sampling`` when ``top_p >= 1``, ``None`` when not asked for). ``mask``: ``(B, T)``, 1 on
+    each row's response tokens and 0 on the padding after them (where both logprobs are 0.0).
+    """
+
+    sampling: torch.Tensor
+    untruncated: torch.Tensor | None
+    mask: torch.Tensor
+
+
 def sequence_logprobs(
     model: nn.Module,
     prompt_ids_list: Sequence[Sequence[int]],
@@ -61,8 +80,27 @@ def sequence_logprobs(
 
     Returns ``(logprobs, mask)``, both ``(B, T)`` with ``T`` the longest response, left-aligned:
     row ``b`` holds its response's logprobs in columns ``0 .. len(response_b) - 1``, mask 1 there
-    and 0 (logprob 0.0) on the padding after it.
+    and 0 (logprob 0.0) on the padding after it. See :func:`response_logprobs` for the
+    untruncated (no top-p) logprobs of the same forward pass.
     """
+    out = response_logprobs(
+        model, prompt_ids_list, response_ids_list, temperature, top_p, pad_token_id
+    )
+    return out.sampling, out.mask
+
+
+def response_logprobs(
+    model: nn.Module,
+    prompt_ids_list: Sequence[Sequence[int]],
+    response_ids_list: Sequence[Sequence[int]],
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    pad_token_id: int = 0,
+    untruncated: bool = False,
+) -> ResponseLogprobs:
+    """:func:`sequence_logprobs`, plus (``untruncated=True``) the logprobs of the same tokens
+    without the top-p filter, from the same forward pass. Every tensor is built on the model's
+    device."""
     if len(prompt_ids_list) != len(response_ids_list):
         raise ValueError(
             f"sequence_logprobs: {len(prompt_ids_list)} prompts but "
@@ -72,20 +110,19 @@ def sequence_logprobs(
         raise ValueError("sequence_logprobs: every prompt needs at least one token")
     device = next(model.parameters()).device
     batch = len(prompt_ids_list)
-    resp_lens = torch.tensor([len(r) for r in response_ids_list], device=device)  # (B,)
-    t_max = int(resp_lens.max().item()) if batch else 0
+    lens = [len(r) for r in response_ids_list]
+    t_max = max(lens, default=0)
     if batch == 0 or t_max == 0:
         empty = torch.zeros(batch, 0, device=device)
-        return empty, empty.clone()
+        return ResponseLogprobs(empty, empty.clone() if untruncated else None, empty.clone())
 
     seqs = [list(p) + list(r) for p, r in zip(prompt_ids_list, response_ids_list)]
     length = max(len(s) for s in seqs)
-    input_ids = torch.full((batch, length), pad_token_id, dtype=torch.long)  # (B, L)
-    attention = torch.zeros(batch, length, dtype=torch.long)  # (B, L)
-    for b, seq in enumerate(seqs):
-        input_ids[b, length - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-        attention[b, length - len(seq) :] = 1
-    input_ids, attention = input_ids.to(device), attention.to(device)
+    padded = [[pad_token_id] * (length - len(s)) + s for s in seqs]
+    input_ids = torch.tensor(padded, dtype=torch.long, device=device)  # (B, L) left-padded
+    attention = torch.tensor(
+        [[0] * (length - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long, device=device
+    )  # (B, L)
     # Positions count real tokens only, as generate() does for left-padded prompts.
     position_ids = (attention.cumsum(dim=-1) - 1).clamp(min=0)  # (B, L)
 
@@ -97,14 +134,20 @@ def sequence_logprobs(
         use_cache=False,
     )
     logits = out.logits[:, :-1, :]  # (B, T, V): column j predicts token L - T + j
-    targets = input_ids[:, length - t_max :]  # (B, T), right-aligned responses (+ prompt tail)
-    logp_all = sampling_logprobs(logits, temperature, top_p)  # (B, T, V)
-    token_logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T) right-aligned
+    targets = input_ids[:, length - t_max :].unsqueeze(-1)  # (B, T, 1) right-aligned responses
 
     # Move each row's response from the right end to the left: column j <- T - len_b + j.
+    resp_lens = torch.tensor(lens, device=device)  # (B,)
     cols = torch.arange(t_max, device=device).unsqueeze(0)  # (1, T)
     mask = cols < resp_lens.unsqueeze(1)  # (B, T) left-aligned validity
     src = (cols + t_max - resp_lens.unsqueeze(1)).clamp(max=t_max - 1)  # (B, T)
-    left = token_logp.gather(1, src)  # (B, T)
-    left = left.masked_fill(~mask, 0.0)  # (B, T)
-    return left, mask.to(left.dtype)
+
+    def left_aligned(logp_all: torch.Tensor) -> torch.Tensor:
+        token_logp = logp_all.gather(-1, targets).squeeze(-1)  # (B, T) right-aligned
+        return token_logp.gather(1, src).masked_fill(~mask, 0.0)  # (B, T) left-aligned
+
+    sampling = left_aligned(sampling_logprobs(logits, temperature, top_p))  # (B, T)
+    full = None
+    if untruncated:
+        full = sampling if top_p >= 1.0 else left_aligned(sampling_logprobs(logits, temperature))
+    return ResponseLogprobs(sampling, full, mask.to(sampling.dtype))

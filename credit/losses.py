@@ -28,18 +28,48 @@ Aggregation of the per-token losses ``l_{i,t}`` (for ``"sequence"`` every token 
 KL regularisation to a reference policy uses the k3 estimator (Schulman 2020, "Approximating
 KL Divergence"), ``exp(ref - new) - (ref - new) - 1`` per token, aggregated like the policy
 loss and added with weight ``beta``.
+
+Both log-ratios (``new - old`` for the importance ratio, ``ref - new`` for k3) are clamped to
+``[-LOG_RATIO_BOUND, LOG_RATIO_BOUND]`` before ``exp``, so an infinite logprob (a token outside
+a top-p nucleus) gives a finite loss with no gradient through that token instead of
+``inf - inf = NaN``; inside the bound the loss is exactly the formulas above.
+
+``denominator`` overrides the aggregation's normaliser (see :func:`aggregation_denominator`):
+the learner computes the loss of a subset of a minibatch (it skips the forward pass of turns
+that carry no gradient) but normalises by the whole minibatch, so the gradient's scale does not
+depend on which turns were skipped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, get_args
 
 import torch
 
-__all__ = ["Aggregation", "Level", "policy_loss"]
+__all__ = ["LOG_RATIO_BOUND", "Aggregation", "Level", "aggregation_denominator", "policy_loss"]
 
 Level = Literal["token", "sequence"]
 Aggregation = Literal["seq_mean", "token_mean", "constant"]
+
+# Log-ratios are clamped to +-20 before exp(): ratios in [2e-9, 5e8], finite in fp32 and bf16.
+LOG_RATIO_BOUND = 20.0
+
+
+def aggregation_denominator(
+    masks: Sequence[Sequence[int]], aggregation: Aggregation, max_tokens_norm: float | None
+) -> float:
+    """The normaliser an aggregation uses for a batch whose per-row masks are ``masks``.
+
+    ``seq_mean``: the number of responses with at least one masked-in token; ``token_mean``: the
+    number of masked-in tokens; ``constant``: ``len(masks) * max_tokens_norm``. At least 1.
+    """
+    if aggregation == "seq_mean":
+        return float(max(1, sum(1 for m in masks if any(m))))
+    if aggregation == "token_mean":
+        return float(max(1, sum(1 for m in masks for v in m if v)))
+    assert max_tokens_norm is not None
+    return float(max(1.0, len(masks) * max_tokens_norm))
 
 
 def _aggregate(
@@ -47,18 +77,23 @@ def _aggregate(
     maskf: torch.Tensor,
     aggregation: Aggregation,
     max_tokens_norm: float | None,
+    denominator: float | None = None,
 ) -> torch.Tensor:
-    """Reduce masked per-token values ``(B, T)`` to a scalar with the given aggregation."""
+    """Reduce masked per-token values ``(B, T)`` to a scalar with the given aggregation,
+    divided by ``denominator`` when given (else by this batch's own normaliser)."""
     masked = per_token * maskf  # (B, T)
     if aggregation == "seq_mean":
         lengths = maskf.sum(dim=-1)  # (B,)
-        per_seq = masked.sum(dim=-1) / lengths.clamp(min=1.0)  # (B,): 0 for empty rows
-        n_seq = (lengths > 0).sum().clamp(min=1)  # (): non-empty responses
-        return per_seq.sum() / n_seq  # ()
-    if aggregation == "token_mean":
-        return masked.sum() / maskf.sum().clamp(min=1.0)  # ()
-    assert max_tokens_norm is not None  # checked by policy_loss
-    return masked.sum() / (per_token.shape[0] * max_tokens_norm)  # ()
+        numerator = (masked.sum(dim=-1) / lengths.clamp(min=1.0)).sum()  # (): 0 for empty rows
+        own = (lengths > 0).sum().clamp(min=1)  # (): non-empty responses
+    elif aggregation == "token_mean":
+        numerator = masked.sum()  # ()
+        own = maskf.sum().clamp(min=1.0)  # ()
+    else:
+        assert max_tokens_norm is not None  # checked by policy_loss
+        numerator = masked.sum()  # ()
+        own = per_token.shape[0] * max_tokens_norm
+    return numerator / (own if denominator is None else denominator)  # ()
 
 
 def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> float:
@@ -82,6 +117,8 @@ def policy_loss(
     ref_logp: torch.Tensor | None = None,
     beta: float = 0.0,
     max_tokens_norm: float | None = None,
+    denominator: float | None = None,
+    kl_logp_new: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped policy-gradient loss to minimise, and float metrics.
 
@@ -102,6 +139,12 @@ def policy_loss(
         beta: weight of the k3 KL to ``ref_logp``; needs ``ref_logp`` when positive.
         max_tokens_norm: the constant length of ``"constant"`` aggregation, normally the
             generation budget (``max_new_tokens``).
+        denominator: the aggregation's normaliser, when this batch is part of a larger one
+            that the loss is normalised over (:func:`aggregation_denominator` of the larger
+            batch's masks); ``None`` = this batch's own.
+        kl_logp_new: ``(B, T)`` the policy's logprobs for the KL term when they are not
+            ``logp_new`` (with gradient): the learner passes logprobs without top-p here, on the
+            same distribution as ``ref_logp``, while the ratio uses the sampling distribution.
 
     Returns:
         ``(loss, metrics)``: the scalar loss ``pg_loss + beta * kl``, and floats ``loss``,
@@ -117,12 +160,14 @@ def policy_loss(
         advantages,
         mask,
         ref_logp,
+        kl_logp_new,
         clip_eps,
         clip_eps_high,
         level,
         aggregation,
         beta,
         max_tokens_norm,
+        denominator,
     )
     eps_low = clip_eps
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
@@ -133,6 +178,7 @@ def policy_loss(
     zero = torch.zeros_like(logp_new)  # (B, T)
     # where() rather than a product, so inf/NaN at masked positions never reach the loss
     log_ratio = torch.where(valid, logp_new - logp_old.detach(), zero)  # (B, T)
+    log_ratio = log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (B, T): exp stays finite
 
     if level == "token":
         ratio = torch.exp(log_ratio)  # (B, T)
@@ -158,14 +204,16 @@ def policy_loss(
         clip_frac = _masked_mean(clipped, nonempty)
         ratio_mean = _masked_mean(s.detach(), nonempty)
 
-    pg_loss = _aggregate(per_token, maskf, aggregation, max_tokens_norm)  # ()
+    pg_loss = _aggregate(per_token, maskf, aggregation, max_tokens_norm, denominator)  # ()
 
     kl_value = 0.0
     loss = pg_loss  # ()
     if ref_logp is not None:
-        d = torch.where(valid, ref_logp.detach() - logp_new, zero)  # (B, T)
+        kl_new = logp_new if kl_logp_new is None else kl_logp_new  # (B, T)
+        d = torch.where(valid, ref_logp.detach() - kl_new, zero)  # (B, T)
+        d = d.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (B, T)
         kl_tok = torch.exp(d) - d - 1.0  # (B, T): k3, >= 0, exactly 0 where masked
-        kl = _aggregate(kl_tok, maskf, aggregation, max_tokens_norm)  # ()
+        kl = _aggregate(kl_tok, maskf, aggregation, max_tokens_norm, denominator)  # ()
         kl_value = float(kl.detach())
         if beta > 0:
             loss = pg_loss + beta * kl  # ()
@@ -173,7 +221,7 @@ def policy_loss(
     with torch.no_grad():
         lr = log_ratio.detach()  # (B, T)
         approx_kl_old = _masked_mean(torch.exp(lr) - 1.0 - lr, valid)  # k3 of KL(old || new)
-        entropy_proxy = -_masked_mean(logp_new.detach(), valid)
+        entropy_proxy = -_masked_mean(logp_new.detach(), valid & logp_new.detach().isfinite())
 
     metrics = {
         "loss": float(loss.detach()),
@@ -194,18 +242,21 @@ def _check_inputs(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     ref_logp: torch.Tensor | None,
+    kl_logp_new: torch.Tensor | None,
     clip_eps: float,
     clip_eps_high: float | None,
     level: str,
     aggregation: str,
     beta: float,
     max_tokens_norm: float | None,
+    denominator: float | None,
 ) -> None:
     """Raise ValueError naming the offending argument when the inputs do not fit together."""
     if logp_new.ndim != 2:
         raise ValueError(f"logp_new must be shaped (B, T), got {tuple(logp_new.shape)}")
     shape = tuple(logp_new.shape)
-    for name, t in (("logp_old", logp_old), ("mask", mask), ("ref_logp", ref_logp)):
+    others = (("logp_old", logp_old), ("mask", mask), ("ref_logp", ref_logp))
+    for name, t in (*others, ("kl_logp_new", kl_logp_new)):
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(
                 f"{name} must have the shape of logp_new {shape}, got {tuple(t.shape)}"
@@ -233,3 +284,5 @@ def _check_inputs(
             "aggregation='constant' (Dr. GRPO) needs max_tokens_norm > 0, normally the "
             f"generation budget max_new_tokens; got {max_tokens_norm}"
         )
+    if denominator is not None and not denominator > 0:
+        raise ValueError(f"denominator must be > 0, got {denominator}")

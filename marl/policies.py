@@ -67,6 +67,7 @@ def learner_settings(
         temperature=s.temperature or 1.0,
         top_p=s.top_p,
         max_new_tokens=s.max_new_tokens,
+        max_nonfinite_updates=a.max_nonfinite_updates,
     )
 
 
@@ -271,6 +272,7 @@ class PolicyLearner:
             learner_settings(config, lr=spec.lr, beta=spec.beta),
             pad_token_id=tokenizer.pad_token_id or 0,
             seed=policy_seed(config.seed, spec.id),
+            name=spec.id,
         )
         self.config = config
         self.version = 0

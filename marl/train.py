@@ -199,6 +199,7 @@ def _log_samples(
 
 def _checkpoint(config: Config, runtime: Runtime, step: int) -> dict[str, Any]:
     policies = runtime.state()
+    _refuse_nonfinite(policies, step)
     state: dict[str, Any] = {
         "policies": policies,
         "rng": rng_states(),
@@ -210,6 +211,22 @@ def _checkpoint(config: Config, runtime: Runtime, step: int) -> dict[str, Any]:
         if only["kind"] == "full":
             state["model"] = only["weights"]
     return state
+
+
+def _refuse_nonfinite(policies: dict[str, dict[str, Any]], step: int) -> None:
+    """A checkpoint never holds a NaN or inf: weights, masters and optimizer state are checked
+    before anything is written, so ``latest`` stays on the last good checkpoint."""
+    from marl.errors import RunError
+    from marl.learner import nonfinite_tensors
+
+    for pid, state in policies.items():
+        bad = nonfinite_tensors(state)
+        if bad:
+            shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+            raise RunError(
+                f"refusing to checkpoint step {step}: policy {pid!r} has non-finite values in "
+                f"{shown}; the previous checkpoint is kept"
+            )
 
 
 def _progress(start: int, total: int, enabled: bool):  # noqa: ANN202
