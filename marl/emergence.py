@@ -14,7 +14,9 @@ formulas, estimators and references are in ``docs/emergence.md``; in short:
   private label S (:meth:`Rules.private_label`) and its message M in each talk turn (silence is a
   message), bias-corrected by subtracting the mean MI of label-permuted copies;
   ``speaker_mi_plugin`` is the uncorrected plug-in value, ``speaker_mi_norm`` the corrected
-  value over what a speaker that names its label every time would get on the same labels.
+  value over what a speaker that names its label every time would get on the same labels, and
+  ``speaker_mi_words`` the same corrected MI between S and each word of the message (for free
+  text, whose messages are rarely repeated word for word).
 - ``influence_action`` / ``influence_return``: positive listening / causal influence (Jaques et
   al. 2019), from counterfactual re-simulation (:class:`~marl.credit.Resimulator`) with the
   speaker's messages replaced by a null message. ``influence_action`` is half the squared L2
@@ -82,7 +84,7 @@ MESSAGE_METRICS = (
     "vocab_words",
     "entropy",
 )
-CONSISTENCY_METRICS = ("speaker_mi", "speaker_mi_plugin", "speaker_mi_norm")
+CONSISTENCY_METRICS = ("speaker_mi", "speaker_mi_plugin", "speaker_mi_norm", "speaker_mi_words")
 INFLUENCE_METRICS = ("influence_action", "influence_return")
 PREFIX = "emergence/"
 
@@ -189,22 +191,36 @@ def mutual_information_bits(pairs: Sequence[tuple[Hashable, Hashable]]) -> float
 
 
 def corrected_mutual_information(
-    pairs: Sequence[tuple[Hashable, Hashable]], permutations: int = 20, seed: int = 0
+    pairs: Sequence[tuple[Hashable, Any]],
+    permutations: int = 20,
+    seed: int = 0,
+    *,
+    bag: bool = False,
 ) -> tuple[float, float]:
     """``(corrected, plugin)`` MI in bits; corrected = plugin - mean plugin MI of
     ``permutations`` copies with the x's shuffled (the MI that chance alone gives at this
     sample size and these marginals). About 0 when X and Y are independent; it may dip below 0.
+
+    ``bag=True``: each y is a collection (the words of a message) and every (x, item) counts as
+    one sample; the shuffle still moves whole (x, collection) pairs, so the null keeps the
+    items of one y together.
     """
-    plugin = mutual_information_bits(pairs)
+
+    def mi(xs: Sequence[Hashable]) -> float:
+        if not bag:
+            return mutual_information_bits(list(zip(xs, ys)))
+        return mutual_information_bits([(x, item) for x, y in zip(xs, ys) for item in y])
+
+    xs = [x for x, _ in pairs]
+    ys = [y for _, y in pairs]
+    plugin = mi(xs)
     if permutations <= 0 or len(pairs) < 2:
         return plugin, plugin
     rng = random.Random(seed)
-    xs = [x for x, _ in pairs]
-    ys = [y for _, y in pairs]
     null = []
     for _ in range(permutations):
         rng.shuffle(xs)
-        null.append(mutual_information_bits(list(zip(xs, ys))))
+        null.append(mi(xs))
     return plugin - fmean(null), plugin
 
 
@@ -256,23 +272,30 @@ def speaker_consistency(
 ) -> dict[str, float]:
     """Positive signalling: I(M; S) per agent and per edge, over the talk turns of agents with a
     private label. M is the turn's normalised messages (to that receiver, for an edge), joined;
-    ``SILENCE`` when nothing was sent. Also the plug-in value and the corrected value
-    normalised by its ceiling (the corrected MI of the labels with themselves: a speaker whose
-    message always names its label scores 1). Keys without labelled turns get zeros."""
+    ``SILENCE`` when nothing was sent. Also the plug-in value, the corrected value normalised
+    by its ceiling (the corrected MI of the labels with themselves: a speaker whose message
+    always names its label scores 1), and ``speaker_mi_words``: the corrected I(W; S) between
+    the label and each distinct word of the turn (free text that is never repeated word for
+    word still shows its information there). Keys without labelled turns get zeros."""
     samples: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    bags: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
     for key, turn, receiver in _keys(turns):
         samples.setdefault(key, [])
+        bags.setdefault(key, [])
         if turn.label is None:
             continue
-        message = " | ".join(normalise(t) for t in turn.texts_to(receiver)) or SILENCE
-        samples[key].append((turn.label, message))
+        norm = [normalise(t) for t in turn.texts_to(receiver)]
+        samples[key].append((turn.label, " | ".join(norm) or SILENCE))
+        words = sorted({w for n in norm for w in n.split()})
+        bags[key].append((turn.label, tuple(words) or (SILENCE,)))
     out: dict[str, float] = {}
-    for i, (key, pairs) in enumerate(sorted(samples.items())):
-        corrected, plugin = corrected_mutual_information(pairs, permutations, seed * 7919 + i)
-        # what a speaker whose every message names its label would score on these labels
-        ceiling, _ = corrected_mutual_information(
-            [(s, s) for s, _ in pairs], permutations, seed * 7919 + i
+    for key, pairs in sorted(samples.items()):  # one seed for all: equal data, equal values
+        out[f"{key}/speaker_mi_words"], _ = corrected_mutual_information(
+            bags[key], permutations, seed, bag=True
         )
+        corrected, plugin = corrected_mutual_information(pairs, permutations, seed)
+        # what a speaker whose every message names its label would score on these labels
+        ceiling, _ = corrected_mutual_information([(s, s) for s, _ in pairs], permutations, seed)
         out[f"{key}/speaker_mi"] = corrected
         out[f"{key}/speaker_mi_plugin"] = plugin
         out[f"{key}/speaker_mi_norm"] = corrected / ceiling if ceiling > 1e-12 else 0.0

@@ -3,6 +3,11 @@ and writes PNG plots of the mean curve with a 95% confidence interval over seeds
 
     marl report runs/multirun/2026-11-22_10-00-00            # every run under the directory
     marl report runs/a runs/b --tag agents/listener/reward    # any scalar tag
+    marl report runs/a --tag emergence/speaker/speaker_mi     # emergence/* tags too
+
+When the runs logged emergent-communication metrics (``emergence/*``, docs/emergence.md), a
+second table gives the headline ones (message rate, speaker MI, listener influence, drift)
+per agent and per edge.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -129,6 +135,48 @@ def summarize(runs: Sequence[Run], tag: str, last: int = 3) -> list[dict[str, ob
     return rows
 
 
+EMERGENCE_HEADLINE = (
+    "message_rate",
+    "speaker_mi",
+    "speaker_mi_words",
+    "influence_action",
+    "influence_return",
+    "drift",
+)
+
+
+def emergence_rows(runs: Sequence[Run], last: int = 3) -> list[dict[str, object]]:
+    """:func:`summarize` of every headline ``emergence/<agent or edge>/<metric>`` tag, one row
+    per group and tag; tags that are 0 in every run and step (a listener's speaker MI) are
+    left out."""
+    tags = sorted(
+        {
+            t
+            for r in runs
+            for t in r.curves
+            if t.startswith("emergence/") and t.rsplit("/", 1)[-1] in EMERGENCE_HEADLINE
+        }
+    )
+    rows = []
+    for tag in tags:
+        if all(v == 0.0 for r in runs for _, v in r.curves.get(tag, [])):
+            continue
+        rows += [{"tag": tag, **row} for row in summarize(runs, tag, last)]
+    return rows
+
+
+def _print_emergence(rows: Sequence[dict[str, object]], last: int) -> None:
+    width = max(len(str(r["group"])) for r in rows)
+    tag_width = max(len(str(r["tag"])) for r in rows)
+    print(f"\nemergence (last {last} steps; tags that stayed 0 are left out)")
+    print(f"{'tag':{tag_width}s}  {'group':{width}s}  seeds  start    final    ±95% CI")
+    for row in rows:
+        print(
+            f"{row['tag']:{tag_width}s}  {row['group']:{width}s}  {row['seeds']:5d}  "
+            f"{row['start']:+.3f}   {row['final']:+.3f}   {row['ci95']:.3f}"
+        )
+
+
 def plot(runs: Sequence[Run], tag: str, out: Path) -> Path:
     """Mean curve per group with a 95% CI band over seeds, saved as a PNG."""
     import matplotlib
@@ -186,7 +234,11 @@ def main(argv: Sequence[str]) -> int:
             f"{row['final']:+.3f}   {row['ci95']:.3f}"
         )
     out = Path(ns.out) if ns.out else Path(ns.dirs[0]) / "report"
-    png = plot(runs, ns.tag, out / (ns.tag.replace("/", "_") + ".png"))
-    (out / "summary.json").write_text(json.dumps({"tag": ns.tag, "rows": rows}, indent=2))
+    emergence = emergence_rows(runs, ns.last)
+    if emergence:
+        _print_emergence(emergence, ns.last)
+    png = plot(runs, ns.tag, out / (re.sub(r"[^A-Za-z0-9_.-]+", "_", ns.tag) + ".png"))
+    summary = {"tag": ns.tag, "rows": rows, "emergence": emergence}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"plot: {png}\nsummary: {out / 'summary.json'}")
     return 0
