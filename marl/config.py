@@ -8,12 +8,16 @@ once, here.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from marl.agents.backends.base import backend_names
 from marl.credit.registry import CreditConfig
 
 
@@ -27,8 +31,30 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 
 def _positive(key: str, value: float, allow_zero: bool = False) -> None:
+    _finite(key, value)
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{key}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def _finite(key: str, value: float) -> None:
+    """NaN and infinities are refused: NaN fails every comparison, so range checks miss it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}: must be a finite number, got {value}")
+
+
+def _check_finite(key: str, value: Any) -> None:
+    """Refuse a non-finite number anywhere under ``value`` (dataclasses, mappings, lists)."""
+    if isinstance(value, float):
+        _finite(key, value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _check_finite(f"{key}.{f.name}" if key else f.name, getattr(value, f.name))
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_finite(f"{key}.{k}" if key else str(k), v)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _check_finite(f"{key}[{i}]", v)
 
 
 SHARING_MODES = ("shared", "independent", "lora", "custom")
@@ -105,6 +131,14 @@ class ModelConfig:
         _choice("model.dtype", self.dtype, ("float32", "bfloat16"))
         if self.kind == "hf" and not self.path:
             raise ConfigError("model.path: required when model.kind is 'hf'")
+        for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+            _positive(f"model.{key}", getattr(self, key))
+        head_dim, rest = divmod(self.hidden_size, self.num_heads)
+        if rest or head_dim % 2:
+            raise ConfigError(
+                f"model.hidden_size: must be num_heads ({self.num_heads}) times an even head "
+                f"size (rotary embeddings), got {self.hidden_size}"
+            )
 
 
 @dataclass
@@ -163,8 +197,11 @@ class AlgoConfig:
         _choice("algo.level", self.level, ("token", "sequence"))
         _choice("algo.aggregation", self.aggregation, ("seq_mean", "token_mean", "constant"))
         _positive("algo.clip_eps", self.clip_eps)
+        if self.clip_eps_high is not None:
+            _positive("algo.clip_eps_high", self.clip_eps_high)
         _positive("algo.beta", self.beta, allow_zero=True)
         _positive("algo.lr", self.lr)
+        _positive("algo.weight_decay", self.weight_decay, allow_zero=True)
         _positive("algo.max_grad_norm", self.max_grad_norm)
         _positive("algo.epochs", self.epochs)
         _positive("algo.minibatch_size", self.minibatch_size)
@@ -197,6 +234,9 @@ class LoggingConfig:
     tensorboard: bool = True
     transcripts_every: int = 5
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        _positive("logging.transcripts_every", self.transcripts_every, allow_zero=True)
 
 
 @dataclass
@@ -360,6 +400,7 @@ class Config:
 
     def __post_init__(self) -> None:
         _choice("agents", self.agents, ("llm", "scripted"))
+        _choice("backend", self.backend, tuple(backend_names()))
         _choice("sharing", self.sharing, SHARING_MODES)
         self.policies = {
             str(pid): _policy_config(f"policies.{pid}", value)
@@ -368,6 +409,7 @@ class Config:
         for pid, policy in self.policies.items():
             _check_policy(f"policies.{pid}", policy)
         _check_policy("policy_defaults", self.policy_defaults)
+        _check_finite("", self)  # every number the checks above do not range-check
 
 
 def load_config(cfg: DictConfig | dict) -> Config:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -21,8 +22,10 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < math.inf:  # NaN fails every comparison
+            raise ValueError(
+                f"sampling.temperature must be finite and >= 0, got {self.temperature}"
+            )
         if not 0 < self.top_p <= 1:
             raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
         if self.n < 1:
@@ -98,6 +101,14 @@ def copy_weights(
 
 
 BACKENDS: dict[str, Callable[..., PolicyBackend]] = {}
+# Built-in backends: each lives in ``marl.agents.backends.<name>`` and registers itself when
+# that module is first imported, so the registry knows their names without importing vLLM.
+BUILTIN_BACKENDS = ("hf", "vllm")
+
+
+def backend_names() -> list[str]:
+    """Every backend name ``make_backend`` accepts: the built-in ones and those registered."""
+    return sorted(set(BACKENDS) | set(BUILTIN_BACKENDS))
 
 
 def register_backend(
@@ -120,15 +131,11 @@ def make_backend(name: str, **kwargs: Any) -> PolicyBackend:
     Built-in backends live in ``marl.agents.backends.<name>`` and are imported on first use, so
     that importing the package never pays for (or requires) vLLM.
     """
-    if name not in BACKENDS and name.isidentifier():
+    if name not in BACKENDS and name in BUILTIN_BACKENDS:
         import importlib
 
-        try:
-            importlib.import_module(f"marl.agents.backends.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"marl.agents.backends.{name}":
-                raise
+        importlib.import_module(f"marl.agents.backends.{name}")
     if name not in BACKENDS:
-        known = ", ".join(sorted(BACKENDS)) or "none"
+        known = ", ".join(backend_names())
         raise KeyError(f"backend: unknown backend {name!r}; known backends: {known}")
     return BACKENDS[name](**kwargs)
