@@ -114,7 +114,11 @@ class ScenarioConfig:
 class ModelConfig:
     """The policy's base model. ``kind``: ``tiny`` (built in-process, for tests), ``embedded``
     (SmolLM2-135M-Instruct, fetched once by ``marl fetch-model``) or ``hf`` (a local HF
-    directory at ``path``). ``dtype``: float32 or bfloat16. The ``tiny_*`` sizes only matter for
+    directory at ``path``). ``dtype``: float32 or bfloat16, the weights the rollout generates
+    with and the learner's forward and backward passes run in. With bfloat16 the learner keeps
+    fp32 master weights and AdamW state (mixed precision: the optimizer steps the masters and
+    rounds them into the bf16 model), so updates smaller than bf16's resolution still accumulate;
+    checkpoints hold the bf16 weights and the masters. The ``tiny_*`` sizes only matter for
     ``tiny``; ``seed`` fixes the tiny model's initial weights."""
 
     kind: str = "tiny"
