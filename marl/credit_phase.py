@@ -13,6 +13,7 @@ from dataclasses import replace
 from statistics import fmean
 
 from marl.agents.backends import PolicyBackend, SamplingConfig
+from marl.agents.heads import head_ids, response_head
 from marl.agents.prompts import prompt_ids
 from marl.credit import (
     CreditConfig,
@@ -34,8 +35,10 @@ def backend_generate(
     sampling: SamplingConfig,
     seed: int = 0,
     max_prompt_tokens: int | None = None,
+    response_prefix: bool = False,
 ) -> Callable[[Sequence[GenerationRequest]], list[list[str]]]:
-    """The re-simulator's batched ``generate``: one backend call per policy per round."""
+    """The re-simulator's batched ``generate``: one backend call per policy per round. With
+    ``response_prefix`` replies start with their turn's head, exactly as in the rollout."""
     calls = itertools.count()
 
     def generate(requests: Sequence[GenerationRequest]) -> list[list[str]]:
@@ -47,17 +50,21 @@ def backend_generate(
         for policy, indices in sorted(by_policy.items()):
             tokenizer = backends[policy].tokenizer
             prompts, owners = [], []
+            heads: dict[int, str] = {}
             for k in indices:
                 ids = prompt_ids(
                     tokenizer, requests[k].system_prompt, requests[k].observation, max_prompt_tokens
                 )
+                if response_prefix:
+                    heads[k] = response_head(requests[k].info)
+                    ids = ids + head_ids(tokenizer, heads[k])
                 prompts += [ids] * requests[k].n
                 owners += [k] * requests[k].n
             generations = backends[policy].generate(
                 prompts, replace(sampling, n=1), seed=seed * 100_003 + call
             )
             for k, options in zip(owners, generations):
-                out[k].append(options[0].text)
+                out[k].append(heads.get(k, "") + options[0].text)
         return out
 
     return generate
@@ -79,13 +86,20 @@ def credit_phase(
     rollout: RolloutResult,
     engine: Resimulator | None,
     advantage: str,
+    bonuses: Sequence[dict[str, float]] | None = None,
 ) -> tuple[CreditResult, dict[str, float]]:
-    """Assign credit and advantages to the rollout's turn records; returns metrics."""
+    """Assign credit and advantages to the rollout's turn records; returns metrics.
+
+    ``bonuses`` (one per episode, in slot order) are the scenario's reward shaping
+    (:mod:`marl.outcomes`): each agent's bonus is added to its credit (to each of its per-turn
+    credits with ``credit.per_turn``) before the group normalisation."""
     episodes = [
         RecordedEpisode.from_env(s.env, episode_id=s.episode_id, group_id=s.group_id)
         for s in rollout.slots
     ]
     result = compute_credit(credit, episodes, engine=engine)
+    if bonuses is not None:
+        _add_bonuses(result, bonuses)
     apply_credit(rollout.turns, result, advantage)
     metrics: dict[str, float] = {}
     agents = sorted({a for c in result.credit for a in c})
@@ -98,6 +112,17 @@ def credit_phase(
     for key, value in result.stats.items():
         metrics[f"credit/sim/{key}"] = float(value)
     return result, metrics
+
+
+def _add_bonuses(result: CreditResult, bonuses: Sequence[dict[str, float]]) -> None:
+    for e, bonus in enumerate(bonuses):
+        for agent, value in bonus.items():
+            if agent in result.credit[e]:
+                result.credit[e][agent] += value
+            if result.per_turn is not None:
+                for key in result.per_turn[e]:
+                    if key[1] == agent:
+                        result.per_turn[e][key] += value
 
 
 def mean_influence(result: CreditResult) -> tuple[list[str], list[list[float]]] | None:

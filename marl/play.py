@@ -41,6 +41,7 @@ def play_llm(cfg: DictConfig) -> str:
         lambda agent: "shared",
         sampling_config(config),
         seed=config.seed,
+        response_prefix=config.sampling.response_prefix,
     )
     return header + "\n" + render_transcript(env)
 

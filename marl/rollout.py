@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from marl.agents.backends import PolicyBackend, SamplingConfig
+from marl.agents.heads import head_ids, response_head
 from marl.agents.prompts import prompt_ids
 from marl.agents.turn import TurnRecord
 from marl.scenarios.base import TextScenarioEnv
@@ -48,21 +49,26 @@ def run_episodes(
     sampling: SamplingConfig,
     seed: int = 0,
     max_prompt_tokens: int | None = None,
+    response_prefix: bool = False,
 ) -> RolloutResult:
     """Play every slot's episode to the end and return the turn records.
 
     ``policy_of(agent)`` names the policy an agent uses; ``backends[policy]`` generates for it.
-    ``seed`` seeds generation, round by round, so a rollout is reproducible.
+    ``seed`` seeds generation, round by round, so a rollout is reproducible. With
+    ``response_prefix`` each reply starts with the head its turn needs (:mod:`marl.agents.heads`):
+    the head's tokens end the prompt, and the environment gets ``head + generated text``.
     """
     result = RolloutResult(slots=list(slots))
-    observations = []
+    observations, infos = [], []
     for slot in slots:
-        obs, _ = slot.env.reset(seed=slot.seed)
+        obs, info = slot.env.reset(seed=slot.seed)
         observations.append(obs)
+        infos.append(info)
     pending: list[list[TurnRecord]] = [[] for _ in slots]
     round_index = 0
     while any(slot.env.agents for slot in slots):
         requests: dict[str, list[tuple[int, str, list[int]]]] = {}
+        heads: dict[tuple[int, str], str] = {}
         completions: dict[int, dict[str, str]] = {i: {} for i in range(len(slots))}
         for i, slot in enumerate(slots):
             for agent in slot.env.agents:
@@ -77,6 +83,9 @@ def run_episodes(
                     observations[i][agent],
                     max_prompt_tokens,
                 )
+                if response_prefix:
+                    head = heads[(i, agent)] = response_head(infos[i].get(agent))
+                    ids = ids + head_ids(tokenizer, head)
                 requests.setdefault(policy, []).append((i, agent, ids))
         for policy, batch in sorted(requests.items()):
             generations = backends[policy].generate(
@@ -85,7 +94,8 @@ def run_episodes(
             result.generate_calls += 1
             for (i, agent, ids), options in zip(batch, generations):
                 gen = options[0]
-                completions[i][agent] = gen.text
+                text = heads.get((i, agent), "") + gen.text
+                completions[i][agent] = text
                 result.generated_tokens += len(gen.response_ids)
                 slot = slots[i]
                 pending[i].append(
@@ -100,13 +110,13 @@ def run_episodes(
                         response_ids=list(gen.response_ids),
                         logprobs=list(gen.logprobs),
                         mask=[1] * len(gen.response_ids),
-                        text=gen.text,
+                        text=text,
                     )
                 )
         for i, slot in enumerate(slots):
             if not slot.env.agents:
                 continue
-            observations[i], *_ = slot.env.step(completions[i])
+            observations[i], _, _, _, infos[i] = slot.env.step(completions[i])
         round_index += 1
     for i, slot in enumerate(slots):
         returns = slot.env.returns

@@ -80,6 +80,7 @@ class RolloutWorker:
                 plan.policy_of,
                 sampling_config(config),
                 seed=config.seed + 7,
+                response_prefix=config.sampling.response_prefix,
             )
 
     def slots(self, step: int, groups: Sequence[int]) -> list[EpisodeSlot]:
@@ -110,7 +111,12 @@ class RolloutWorker:
 
         assert self.plan is not None
         return run_episodes(
-            slots, self.policies.backends, self.plan.policy_of, sampling_config(self.config), seed
+            slots,
+            self.policies.backends,
+            self.plan.policy_of,
+            sampling_config(self.config),
+            seed,
+            response_prefix=self.config.sampling.response_prefix,
         )
 
     def load_weights(self, payload: Any) -> int:

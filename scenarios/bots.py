@@ -58,8 +58,10 @@ def get_bot(rules: str, name: str) -> Bot:
     """The bot called ``name`` for ``rules`` (``random`` fits every scenario)."""
     if name == "random":
         return random_bot
+    if name == "format" and (rules, name) not in BOTS:
+        return random_bot  # well-formed markup with random content: the generic format bot
     if (rules, name) not in BOTS:
-        known = ["random"] + sorted(n for r, n in BOTS if r == rules)
+        known = ["format", "random"] + sorted(n for r, n in BOTS if r == rules and n != "format")
         raise ScenarioError(
             [
                 Problem(

@@ -97,6 +97,12 @@ class Rules:
         read when the episode is over, so it must be what the agent knew while it talked."""
         return None
 
+    def success(self) -> float | None:
+        """Whether the episode reached the scenario's goal (1.0 / 0.0, or a fraction), or
+        ``None`` when the scenario has no such notion or the goal is not decided yet. Logged as
+        ``team/success``; unlike the reward it ignores partial credit and shaping."""
+        return None
+
     def public_state(self) -> str:
         """What everybody sees, as text."""
         return ""

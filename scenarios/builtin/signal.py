@@ -6,7 +6,12 @@ answers ``ACTION: <number>``. Both get 1 for the right pick, 0 otherwise; with
 ``partial_credit`` a wrong pick still earns the fraction of the target's attributes it shares.
 
 Version history:
-- v0: first version (the speaker talks in round 1 only).
+- v0: first version (the speaker talks in round 1 only). The action help no longer shows an
+  example value (small models copied it).
+- v1 (``signal-v1.yaml``, same rules class): ``answer_by_name: true`` -- the listener may answer
+  with the candidate's name as well as its number, so it can copy the message instead of
+  looking the name up in the numbered list (SmolLM2-135M cannot do that lookup zero-shot:
+  docs/communication.md).
 """
 
 from __future__ import annotations
@@ -42,12 +47,15 @@ class SignalRules(Rules):
     class Params:
         """n_candidates: how many objects the listener chooses among.
         n_colours, n_shapes: size of the attribute vocabulary objects are drawn from.
-        partial_credit: reward shared attributes of a wrong pick (for weak models)."""
+        partial_credit: reward shared attributes of a wrong pick (for weak models).
+        answer_by_name: the listener may answer with the candidate's name ("red circle") as
+            well as its number."""
 
         n_candidates: int = 4
         n_colours: int = 4
         n_shapes: int = 4
         partial_credit: bool = False
+        answer_by_name: bool = False
 
     @classmethod
     def check_params(cls, params: dict[str, Any], agents: Sequence[str]) -> list[Problem]:
@@ -75,6 +83,7 @@ class SignalRules(Rules):
         self.candidates: list[tuple[str, str]] = []
         self.target = 0
         self.choice: int | None = None
+        self._answered = False
 
     def reset(self) -> None:
         """Draw distinct candidates and a target among them."""
@@ -83,6 +92,7 @@ class SignalRules(Rules):
         self.candidates = self.rng.sample(objects, p.n_candidates)
         self.target = self.rng.randrange(p.n_candidates)
         self.choice = None
+        self._answered = False
 
     def needs_action(self, agent: str, round: int) -> bool:
         """Only the listener acts, in the last round."""
@@ -105,17 +115,42 @@ class SignalRules(Rules):
         return " ".join(self.candidates[self.target]) if agent == self.speaker else None
 
     def action_help(self, agent: str) -> str:
-        """The listener answers with a candidate number."""
+        """The listener answers with a candidate number (or name)."""
+        if self.params.answer_by_name:
+            return "the name of the target, one of the candidates."
         return f"the number of the target, 1 to {len(self.candidates)}."
+
+    def success(self) -> float | None:
+        """1 when the listener picked the target, 0 otherwise (before the pick: None)."""
+        if self.choice is None and not self._answered:
+            return None
+        return 1.0 if self.choice == self.target else 0.0
 
     def agent_info(self, agent: str) -> dict[str, Any]:
         """Structured facts for scripted bots."""
         if agent == self.speaker:
-            return {"target": " ".join(self.candidates[self.target])}
+            p = self.params
+            objects = [f"{c} {s}" for c in COLOURS[: p.n_colours] for s in SHAPES[: p.n_shapes]]
+            return {"target": " ".join(self.candidates[self.target]), "objects": objects}
+        names = [" ".join(c) for c in self.candidates]
+        numbers = [str(i + 1) for i in range(len(self.candidates))]
         return {
-            "candidates": [" ".join(c) for c in self.candidates],
-            "valid_actions": [str(i + 1) for i in range(len(self.candidates))],
+            "candidates": names,
+            "valid_actions": names if self.params.answer_by_name else numbers,
         }
+
+    def _pick(self, raw: str | None) -> int:
+        """The candidate index an answer names, or -1: a number, or (answer_by_name) a name."""
+        text = (raw or "").lower()
+        if self.params.answer_by_name:
+            named = [i for i, c in enumerate(self.candidates) if " ".join(c) in text]
+            if len(named) == 1:
+                return named[0]
+            if named:  # several names: ambiguous, not a pick
+                return -1
+        match = re.search(r"\d+", text)
+        # a hostile 5,000-digit number would make int() raise; it is out of range anyway
+        return int(match.group()) - 1 if match and len(match.group()) <= 18 else -1
 
     def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
         """Score the listener's pick at the end of round 2."""
@@ -123,9 +158,8 @@ class SignalRules(Rules):
             return RoundResult()
         result = RoundResult(done=True)
         raw = actions.get(self.listener)
-        match = re.search(r"\d+", raw or "")
-        # a hostile 5,000-digit number would make int() raise; it is out of range anyway
-        pick = int(match.group()) - 1 if match and len(match.group()) <= 18 else -1
+        pick = self._pick(raw)
+        self._answered = True
         if not 0 <= pick < len(self.candidates):
             result.invalid[self.listener] = (
                 f"expected a number from 1 to {len(self.candidates)}, got {raw!r}"
@@ -158,7 +192,23 @@ def signal_rule_bot(agent: str, observation: str, info: dict[str, Any], rng: ran
         if "Messages you received:" in observation
         else ""
     )
+    answers = info.get("valid_actions") or [str(i + 1) for i in range(len(candidates))]
     for i, name in enumerate(candidates):
         if name in heard:
-            return f"ACTION: {i + 1}"
-    return f"ACTION: {rng.randint(1, max(len(candidates), 1))}"
+            return f"ACTION: {answers[i]}"
+    return f"ACTION: {rng.choice(answers)}" if answers else "ACTION: 1"
+
+
+@register_bot("signal", "format")
+def signal_format_bot(
+    agent: str, observation: str, info: dict[str, Any], rng: random.Random
+) -> str:
+    """The markup and the message style of the rule bot, with content drawn at random: the
+    speaker names a random object (not the target), the listener picks a random candidate.
+    A warm-up on it teaches the protocol, never the answer (its messages carry no information
+    about the target, and the listener's pick ignores them)."""
+    if "target" in info:
+        objects = info.get("objects") or [f"{c} {s}" for c in COLOURS for s in SHAPES]
+        return f"SAY: {rng.choice(objects)}\nACTION: wait"
+    answers = info.get("valid_actions") or ["1"]
+    return f"ACTION: {rng.choice(answers)}"

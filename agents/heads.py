@@ -1,0 +1,37 @@
+"""Response heads: start an agent's reply with the markup its turn needs (``SAY:``/``ACTION:``).
+
+A small model that never writes the markup on its own (SmolLM2-135M wrote `ACTION:` in 3% of
+its replies, docs/communication.md) still answers in it when the assistant turn already starts
+with the head: the head is appended to the prompt, so it is context, never a trained token, and
+the reply the environment sees is ``head + generated text``.
+
+The head is read off the environment's info dict for the agent (``needs_action`` and
+``neighbours``, which every scenario's ``infos`` carry), so this module knows no scenario.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+SAY_HEAD = "SAY:"
+ACTION_HEAD = "ACTION:"
+
+
+def response_head(info: Mapping[str, Any] | None) -> str:
+    """``SAY:`` when the agent can only talk this round, ``ACTION:`` when it can only act, and
+    ``""`` when it may do both (the reply's shape is then the agent's choice) or neither."""
+    if not info:
+        return ""
+    acts = bool(info.get("needs_action"))
+    talks = bool(info.get("neighbours"))
+    if talks and not acts:
+        return SAY_HEAD
+    if acts and not talks:
+        return ACTION_HEAD
+    return ""
+
+
+def head_ids(tokenizer: Any, head: str) -> list[int]:
+    """The head's token ids, to append after the generation prompt (no special tokens)."""
+    return list(tokenizer.encode(head, add_special_tokens=False)) if head else []

@@ -1,0 +1,263 @@
+"""The imitation warm-up: supervised fine-tuning on transcripts before RL (the "cold start" of
+DeepSeek-R1 and ReTool).
+
+A small model that never writes the markup gives RL nothing to learn from: every reply is
+malformed, every group has equal returns, every advantage is 0. The warm-up teaches it the
+protocol first. Its transcripts come from the scenario's scripted bots (``warmup.bot``) or from
+a JSONL file a user supplies (``warmup.data``). ``warmup.bot=format`` (where the scenario has
+one) teaches the markup and the style of messages with content drawn at random, never the
+answer; ``warmup.bot=rule`` teaches the answer too, which proves nothing about RL.
+
+Each turn becomes ``(prompt ids, response ids)`` exactly as the rollout renders it (same chat
+template, same response head), and the loss is the mean negative log-likelihood of the
+response tokens only: the same mask as RL (received messages and environment text are prompt).
+There is one warm-up per trainable policy, on its own agents' turns; frozen policies are never
+touched. Logged under ``warmup/<policy>/*``.
+
+A transcript file has one JSON object per line::
+
+    {"agent": "listener", "system": "<system prompt>", "observation": "<observation text>",
+     "completion": "ACTION: red circle"}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from marl.agents.heads import head_ids, response_head
+from marl.agents.logprobs import sequence_logprobs
+from marl.agents.prompts import prompt_ids
+from marl.config import Config, ConfigError
+
+MAX_DATA_BYTES = 64 * 1024 * 1024
+MAX_LINE_CHARS = 200_000
+
+
+@dataclass
+class ImitationTurn:
+    """One reply to imitate: the agent, its prompt text and the completion it should write."""
+
+    agent: str
+    system: str
+    observation: str
+    completion: str
+    head: str = ""  # the response head the rollout would put before the completion
+
+
+def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
+    """Play ``episodes`` episodes of the configured scenario with ``warmup.bot`` for every
+    agent and return every turn that would have been generated (idle turns are skipped)."""
+    from marl.scenarios.bots import get_bot
+    from marl.scenarios.registry import make
+
+    env = make(config.scenario.name, **config.scenario.overrides)
+    bot = get_bot(env.spec.rules, config.warmup.bot)
+    out: list[ImitationTurn] = []
+    for k in range(episodes):
+        seed = random.Random(f"{config.seed}:warmup:{step}:{k}").randrange(2**31)
+        rng = random.Random(f"{seed}:warmup-bot")
+        observations, infos = env.reset(seed=seed)
+        while env.agents:
+            actions = {}
+            for agent in env.agents:
+                completion = bot(agent, observations[agent], infos[agent], rng)
+                actions[agent] = completion
+                if env.is_idle(agent):
+                    continue
+                info = infos[agent]
+                head = response_head(info) if config.sampling.response_prefix else ""
+                out.append(
+                    ImitationTurn(
+                        agent=agent,
+                        system=env.system_prompt(agent),
+                        observation=observations[agent],
+                        completion=_tidy(completion, bool(info.get("needs_action"))),
+                        head=head,
+                    )
+                )
+            observations, _, _, _, infos = env.step(actions)
+    return out
+
+
+def _tidy(completion: str, needs_action: bool) -> str:
+    """The bot's reply as an LLM should write it: no ``ACTION: wait`` filler when no action is
+    due (the environment ignores it; imitating it would teach the model to pad)."""
+    if needs_action:
+        return completion.strip()
+    lines = [ln for ln in completion.splitlines() if not ln.strip().upper().startswith("ACTION")]
+    return "\n".join(lines).strip()
+
+
+def read_transcripts(path: str | Path) -> list[ImitationTurn]:
+    """Turns from a JSONL transcript file; a bad line raises ConfigError naming it."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"warmup.data: cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"warmup.data: {path} is not a regular file")
+    if info.st_size > MAX_DATA_BYTES:
+        raise ConfigError(f"warmup.data: {path} is over {MAX_DATA_BYTES // 2**20} MB")
+    turns = []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            where = f"warmup.data: {path}:{number}"
+            if len(line) > MAX_LINE_CHARS:
+                raise ConfigError(f"{where}: line is over {MAX_LINE_CHARS} characters")
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{where}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise ConfigError(f"{where}: expected a JSON object")
+            for key in ("agent", "observation", "completion"):
+                if not isinstance(row.get(key), str):
+                    raise ConfigError(f"{where}: {key!r} must be a string")
+            system = row.get("system", "")
+            if not isinstance(system, str):
+                raise ConfigError(f"{where}: 'system' must be a string")
+            turns.append(ImitationTurn(row["agent"], system, row["observation"], row["completion"]))
+    if not turns:
+        raise ConfigError(f"warmup.data: {path} holds no turns")
+    return turns
+
+
+def encode_turn(tokenizer: Any, turn: ImitationTurn) -> tuple[list[int], list[int]]:
+    """``(prompt ids, response ids)``: the prompt as the rollout renders it (head included), the
+    response the completion after the head, ended by the end-of-turn token."""
+    ids = prompt_ids(tokenizer, turn.system, turn.observation) + head_ids(tokenizer, turn.head)
+    text = turn.completion
+    if turn.head and text.startswith(turn.head):
+        text = text[len(turn.head) :]
+    response = list(tokenizer.encode(text, add_special_tokens=False))
+    if tokenizer.eos_token_id is not None:
+        response.append(int(tokenizer.eos_token_id))
+    return ids, response
+
+
+def imitation_loss(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    pad_token_id: int,
+) -> tuple[torch.Tensor, int]:
+    """Mean negative log-likelihood per response token, and the number of tokens."""
+    logp, mask = sequence_logprobs(
+        model, list(prompts), list(responses), temperature=1.0, top_p=1.0, pad_token_id=pad_token_id
+    )  # (B, T), (B, T)
+    mask = mask.to(logp.dtype)
+    tokens = mask.sum()
+    return -(logp * mask).sum() / tokens.clamp(min=1.0), int(tokens.item())
+
+
+class Imitator:
+    """The warm-up of one trainable policy: its own AdamW (the RL optimizer is left alone)."""
+
+    def __init__(
+        self, model: nn.Module, tokenizer: Any, lr: float, batch_size: int, autocast: bool
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.autocast = autocast
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        self.pad = tokenizer.pad_token_id or 0
+
+    def step(self, turns: Sequence[ImitationTurn]) -> dict[str, float]:
+        """One optimizer step on ``turns`` (gradients accumulated over minibatches)."""
+        encoded = [encode_turn(self.tokenizer, t) for t in turns]
+        total_tokens = sum(len(r) for _, r in encoded)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for start in range(0, len(encoded), self.batch_size):
+            batch = encoded[start : start + self.batch_size]
+            with _autocast(self.autocast):
+                loss, tokens = imitation_loss(
+                    self.model, [p for p, _ in batch], [r for _, r in batch], self.pad
+                )
+            (loss * tokens / max(total_tokens, 1)).backward()
+            loss_sum += float(loss.detach()) * tokens
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0))
+        if torch.isfinite(torch.tensor(grad_norm)):
+            self.optimizer.step()
+        self.model.eval()
+        return {
+            "loss": loss_sum / max(total_tokens, 1),
+            "tokens": float(total_tokens),
+            "turns": float(len(turns)),
+            "grad_norm": grad_norm,
+        }
+
+    @torch.no_grad()
+    def evaluate(self, turns: Sequence[ImitationTurn]) -> float:
+        """The imitation loss on ``turns`` without training (mean NLL per response token)."""
+        encoded = [encode_turn(self.tokenizer, t) for t in turns]
+        self.model.eval()
+        loss, _ = imitation_loss(
+            self.model, [p for p, _ in encoded], [r for _, r in encoded], self.pad
+        )
+        return float(loss)
+
+
+def _autocast(enabled: bool) -> Any:
+    if enabled:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return torch.autocast("cpu", enabled=False)
+
+
+def run_warmup(
+    config: Config,
+    learners: dict[str, Any],
+    policy_of: Callable[[str], str],
+    log: Callable[[dict[str, float], int], None] | None = None,
+    progress: bool = True,
+) -> dict[str, float]:
+    """Warm up every trainable policy (``learners``: policy id -> PolicyLearner) for
+    ``warmup.steps`` steps; returns the last step's metrics (``warmup/<policy>/*``)."""
+    w = config.warmup
+    if w.steps <= 0:
+        return {}
+    autocast = bool(getattr(getattr(config, "algo", None), "autocast", False))
+    imitators = {
+        pid: Imitator(pl.model, pl.tokenizer, w.lr, w.batch_size, autocast)
+        for pid, pl in learners.items()
+    }
+    data = read_transcripts(w.data) if w.data else None
+    metrics: dict[str, float] = {}
+    for step in _steps(w.steps, progress):
+        if data is not None:
+            rng = random.Random(f"{config.seed}:warmup-data:{step}")
+            turns = rng.sample(data, min(len(data), w.episodes * 2))
+        else:
+            turns = bot_turns(config, w.episodes, step)
+        metrics = {}
+        for pid, imitator in imitators.items():
+            mine = [t for t in turns if policy_of(t.agent) == pid]
+            if not mine:
+                continue
+            for key, value in imitator.step(mine).items():
+                metrics[f"warmup/{pid}/{key}"] = value
+        if log is not None:
+            log(metrics, step + 1)
+    return metrics
+
+
+def _steps(total: int, progress: bool) -> Iterator[int]:
+    from tqdm.auto import tqdm
+
+    yield from tqdm(range(total), desc="warm-up", unit="step", disable=not progress)
