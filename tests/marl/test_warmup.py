@@ -1,0 +1,114 @@
+"""The imitation warm-up: it lowers the loss on bot transcripts, trains only trainable policies,
+teaches the protocol without the answer when asked to, and refuses bad input by key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from marl.config import ConfigError, load_config
+from marl.policy_map import plan_for
+from marl.runtime import LocalRuntime
+from marl.warmup import Imitator, bot_turns, encode_turn, read_transcripts, run_warmup
+
+BASE = {
+    "model": {"kind": "tiny"},
+    "scenario": {"name": "signal-v1"},
+    "sampling": {"response_prefix": True, "max_new_tokens": 8},
+    "warmup": {"steps": 6, "bot": "rule", "episodes": 8, "lr": 3e-3},
+    "logging": {"progress": False, "tensorboard": False},
+}
+
+
+def _runtime(extra: dict | None = None) -> tuple:
+    config = load_config({**BASE, **(extra or {})})
+    plan = plan_for(config)
+    return config, plan, LocalRuntime(config, plan)
+
+
+def test_warmup_lowers_the_loss_on_bot_transcripts() -> None:
+    config, plan, runtime = _runtime()
+    held_out = bot_turns(config, 8, step=10_000)  # episodes the warm-up never sees
+    learner = runtime.learners["shared"]
+    probe = Imitator(learner.model, learner.tokenizer, lr=1e-9, batch_size=16, autocast=False)
+    before = probe.evaluate(held_out)
+    metrics = run_warmup(config, runtime.learners, plan.policy_of, progress=False)
+    after = probe.evaluate(held_out)
+    assert metrics["warmup/shared/tokens"] > 0
+    assert after < before - 0.3, (before, after)
+
+
+def test_warmup_changes_only_the_trainable_policy() -> None:
+    extra = {
+        "policies": {"A": {}, "F": {"trainable": False}},
+        "policy_map": {"speaker": "A", "listener": "F"},
+    }
+    config, plan, runtime = _runtime(extra)
+    backends = runtime.worker.policies.backends
+    frozen = {k: v.clone() for k, v in backends["F"].model.state_dict().items()}
+    trained = {k: v.clone() for k, v in backends["A"].model.state_dict().items()}
+    run_warmup(config, runtime.learners, plan.policy_of, progress=False)
+    assert set(runtime.learners) == {"A"}
+    for name, value in backends["F"].model.state_dict().items():
+        assert torch.equal(value, frozen[name]), name
+    changed = [
+        n for n, v in backends["A"].model.state_dict().items() if not torch.equal(v, trained[n])
+    ]
+    assert changed
+
+
+def test_format_bot_teaches_the_markup_not_the_answer() -> None:
+    config = load_config({**BASE, "warmup": {**BASE["warmup"], "bot": "format"}})
+    turns = bot_turns(config, 64, step=0)
+    speaker = [t for t in turns if t.agent == "speaker"]
+    listener = [t for t in turns if t.agent == "listener"]
+    assert all(t.head == "SAY:" and t.completion.startswith("SAY: ") for t in speaker)
+    assert all(t.head == "ACTION:" and t.completion.startswith("ACTION: ") for t in listener)
+    # the speaker's message names its target no more often than a random object would (1/16)
+    named = sum(t.completion[5:] in t.observation for t in speaker) / len(speaker)
+    assert named < 0.25
+    rule = bot_turns(load_config(BASE), 16, step=0)
+    assert all(t.completion[5:] in t.observation for t in rule if t.agent == "speaker")
+
+
+def test_the_response_is_the_completion_after_the_head_plus_end_of_turn() -> None:
+    config, _, runtime = _runtime()
+    tok = runtime.learners["shared"].tokenizer
+    turn = bot_turns(config, 1, step=0)[0]
+    prompt, response = encode_turn(tok, turn)
+    assert tok.decode(prompt).endswith(turn.head)
+    assert response[-1] == tok.eos_token_id
+    assert tok.decode(response[:-1]).strip() == turn.completion[len(turn.head) :].strip()
+
+
+def test_transcript_file(tmp_path: Path) -> None:
+    good = tmp_path / "t.jsonl"
+    rows = [{"agent": "listener", "system": "s", "observation": "o", "completion": "ACTION: 1"}]
+    good.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert read_transcripts(good)[0].completion == "ACTION: 1"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"agent": "a", "observation": "o", "completion": 3}\n')
+    with pytest.raises(ConfigError, match=r"bad.jsonl:1: 'completion' must be a string"):
+        read_transcripts(bad)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_transcripts(tmp_path)
+    with pytest.raises(ConfigError, match="warmup.data: cannot read"):
+        read_transcripts(tmp_path / "missing.jsonl")
+
+
+def test_bad_warmup_settings_name_the_key() -> None:
+    from marl.train import check_config
+
+    with pytest.raises(ConfigError, match="warmup.lr"):
+        load_config({**BASE, "warmup": {"steps": 1, "lr": float("nan")}})
+    with pytest.raises(ConfigError, match="warmup.steps"):
+        load_config({**BASE, "warmup": {"steps": -1}})
+    with pytest.raises(ConfigError, match="warmup.bot: no scripted bot 'oracle'"):
+        check_config(load_config({**BASE, "warmup": {"steps": 1, "bot": "oracle"}}))
+    with pytest.raises(
+        ConfigError, match="warmup.steps: the imitation warm-up runs in one process"
+    ):
+        check_config(load_config({**BASE, "ray": {"enabled": True}}))
