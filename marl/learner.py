@@ -375,8 +375,8 @@ class Learner:
             raise NonFiniteUpdateError(
                 f"policy {self.name!r}: {n} optimizer steps in a row had a non-finite {problem} "
                 f"and were skipped (algo.max_nonfinite_updates={limit}); stopping the run. The "
-                "weights are the last finite ones and were not checkpointed after the skips; "
-                "check algo.lr, algo.weight_decay, algo.max_grad_norm and the sampling settings"
+                "weights are the last finite ones, as is every checkpoint; check algo.lr, "
+                "algo.weight_decay, algo.max_grad_norm and the sampling settings"
             )
         warnings.warn(
             f"policy {self.name!r}: non-finite {problem}, optimizer step skipped ({n} in a row; "
