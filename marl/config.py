@@ -147,11 +147,17 @@ class ModelConfig:
 
 @dataclass
 class SamplingSettings:
-    """How completions are sampled during rollouts."""
+    """How completions are sampled during rollouts.
+
+    response_prefix: start every reply with the markup head its turn needs (``SAY:`` when the
+                     agent can only talk, ``ACTION:`` when it can only act; marl.agents.heads).
+                     The head is prompt, not trained. Measured effect: docs/communication.md.
+    """
 
     max_new_tokens: int = 48
     temperature: float = 1.0
     top_p: float = 1.0
+    response_prefix: bool = False
 
     def __post_init__(self) -> None:
         _positive("sampling.max_new_tokens", self.max_new_tokens)
@@ -228,6 +234,39 @@ class TrainSettings:
         _positive("train.seeds_per_step", self.seeds_per_step)
         _positive("train.group_size", self.group_size)
         _positive("train.checkpoint_every", self.checkpoint_every, allow_zero=True)
+
+
+@dataclass
+class WarmupConfig:
+    """The imitation warm-up before RL (:mod:`marl.warmup`), one per trainable policy.
+
+    steps:      supervised steps on transcripts before the first RL step (0 = no warm-up).
+    bot:        the scripted bot whose play is imitated: ``format`` (the markup and message style
+                with random content: teaches the protocol, not the answer), ``rule`` (also the
+                answer), ``random``, or any bot registered for the scenario's rules.
+    bots:       per-agent exceptions to ``bot``, agent -> bot name. ``{listener: rule}`` with
+                ``bot: format`` teaches signal's listener to pick what it hears (the listening
+                convention) while the speaker's messages stay random (no answer is taught).
+    episodes:   bot episodes played per step (each gives one turn per agent per active round).
+    batch_size: turns per forward pass (gradients are accumulated over a step).
+    lr:         the warm-up's own AdamW learning rate.
+    data:       a JSONL transcript file to imitate instead of bots (format: marl.warmup).
+    """
+
+    steps: int = 0
+    bot: str = "format"
+    bots: dict[str, str] = field(default_factory=dict)
+    episodes: int = 8
+    batch_size: int = 16
+    lr: float = 1e-4
+    data: str | None = None
+
+    def __post_init__(self) -> None:
+        _positive("warmup.steps", self.steps, allow_zero=True)
+        _positive("warmup.episodes", self.episodes)
+        _positive("warmup.batch_size", self.batch_size)
+        if not (self.lr == self.lr and 0 < self.lr < float("inf")):
+            raise ConfigError(f"warmup.lr: must be a finite number > 0, got {self.lr}")
 
 
 @dataclass
@@ -365,6 +404,8 @@ class Config:
     backend: policy backend for generation (``hf``).
     seed:    seeds every random generator; the same seed gives the same run on CPU.
     resume:  path of a checkpoint directory to continue from.
+    resume_allow_scenario_change: resume a checkpoint trained on another scenario (refused
+             otherwise, as a likely mistake).
 
     Policies (``marl.policy_map`` resolves them against the scenario's agents):
     sharing:         the policies generated for agents that ``policy_map`` leaves out:
@@ -388,11 +429,13 @@ class Config:
     credit: CreditConfig = field(default_factory=CreditConfig)
     train: TrainSettings = field(default_factory=TrainSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
     agents: str = "llm"
     bot: str = "rule"
     backend: str = "hf"
     seed: int = 0
     resume: str | None = None
+    resume_allow_scenario_change: bool = False
     sharing: str = "shared"
     policy_defaults: PolicyConfig = field(default_factory=PolicyConfig)
     # Typed as Any so that Hydra can add a policy from the command line

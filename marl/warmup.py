@@ -23,6 +23,7 @@ A transcript file has one JSON object per line::
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import stat
@@ -38,6 +39,7 @@ from marl.agents.heads import head_ids, response_head
 from marl.agents.logprobs import sequence_logprobs
 from marl.agents.prompts import prompt_ids
 from marl.config import Config, ConfigError
+from marl.learner import MasterWeights
 
 MAX_DATA_BYTES = 64 * 1024 * 1024
 MAX_LINE_CHARS = 200_000
@@ -61,7 +63,8 @@ def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
     from marl.scenarios.registry import make
 
     env = make(config.scenario.name, **config.scenario.overrides)
-    bot = get_bot(env.spec.rules, config.warmup.bot)
+    w = config.warmup
+    bots = {a: get_bot(env.spec.rules, w.bots.get(a, w.bot)) for a in env.possible_agents}
     out: list[ImitationTurn] = []
     for k in range(episodes):
         seed = random.Random(f"{config.seed}:warmup:{step}:{k}").randrange(2**31)
@@ -70,7 +73,7 @@ def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
         while env.agents:
             actions = {}
             for agent in env.agents:
-                completion = bot(agent, observations[agent], infos[agent], rng)
+                completion = bots[agent](agent, observations[agent], infos[agent], rng)
                 actions[agent] = completion
                 if env.is_idle(agent):
                     continue
@@ -164,17 +167,26 @@ def imitation_loss(
 
 
 class Imitator:
-    """The warm-up of one trainable policy: its own AdamW (the RL optimizer is left alone)."""
+    """The warm-up of one trainable policy: its own AdamW (the RL optimizer is left alone).
+
+    A bf16 model trains through fp32 master weights, exactly as in RL: pass the RL learner's
+    ``masters`` so that RL starts from the warmed-up masters (a fresh set otherwise)."""
 
     def __init__(
-        self, model: nn.Module, tokenizer: Any, lr: float, batch_size: int, autocast: bool
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        lr: float,
+        batch_size: int,
+        autocast: bool,
+        masters: MasterWeights | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.autocast = autocast
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        self.masters = masters or MasterWeights([p for p in model.parameters() if p.requires_grad])
+        self.optimizer = torch.optim.AdamW(self.masters.params, lr=lr, weight_decay=0.0)
         self.pad = tokenizer.pad_token_id or 0
 
     def step(self, turns: Sequence[ImitationTurn]) -> dict[str, float]:
@@ -192,9 +204,11 @@ class Imitator:
                 )
             (loss * tokens / max(total_tokens, 1)).backward()
             loss_sum += float(loss.detach()) * tokens
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0))
-        if torch.isfinite(torch.tensor(grad_norm)):
+        self.masters.grads_in()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.masters.params, 1.0))
+        if math.isfinite(grad_norm):  # a non-finite step is skipped, never applied
             self.optimizer.step()
+            self.masters.weights_out()
         self.model.eval()
         return {
             "loss": loss_sum / max(total_tokens, 1),
@@ -232,9 +246,16 @@ def run_warmup(
     w = config.warmup
     if w.steps <= 0:
         return {}
-    autocast = bool(getattr(getattr(config, "algo", None), "autocast", False))
+    autocast = config.model.dtype == "bfloat16"  # bf16 weights: bf16 compute, fp32 masters
     imitators = {
-        pid: Imitator(pl.model, pl.tokenizer, w.lr, w.batch_size, autocast)
+        pid: Imitator(
+            pl.model,
+            pl.tokenizer,
+            w.lr,
+            w.batch_size,
+            autocast,
+            masters=getattr(getattr(pl, "learner", None), "masters", None),
+        )
         for pid, pl in learners.items()
     }
     data = read_transcripts(w.data) if w.data else None

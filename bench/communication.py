@@ -1,0 +1,227 @@
+"""The communication experiment of docs/communication.md: do SmolLM2 agents learn to talk?
+
+Runs ``marl train`` on signal (SmolLM2-135M, this CPU) under several conditions and seeds, one
+run at a time, reads each run's TensorBoard events back, and writes a table (mean and 95%
+interval over seeds, and over pooled episodes), a JSON file and a PNG of the curves.
+
+Conditions (``--conditions``):
+  rl                RL alone, from the base model.
+  warmup_rl         the format warm-up (markup and message style, random content), then RL.
+                    Its first iteration's rollout, before any RL update, is "warm-up alone".
+  warmup_rl_noedge  the same with no speaker->listener edge: the control.
+  rule_warmup       the rule-bot warm-up alone (teaches the answer; a reference, no RL).
+
+    .venv/bin/python bench/communication.py                      # the full experiment
+    .venv/bin/python bench/communication.py --seeds 0 --steps 4   # a quick look
+
+Each run is a subprocess (``marl train``), so a run's memory is freed before the next starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import fmean, stdev
+
+ROOT = Path(__file__).resolve().parent.parent
+SUCCESS = "team/success"
+MI = "emergence/speaker/speaker_mi_words"
+INFLUENCE = "emergence/edges/speaker->listener/influence_action"
+LISTENER_OK = "agents/listener/parse_failure_rate"
+NO_EDGE = "+scenario.overrides={graph: {topology: random, p: 0.0}}"
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 9: 2.262}
+
+
+def condition_args(name: str, warmup_steps: int) -> list[str]:
+    """The ``marl train`` overrides of a condition."""
+    warm = [f"warmup.steps={warmup_steps}", "warmup.bot=format"]
+    return {
+        "rl": ["warmup.steps=0"],
+        "warmup_rl": warm,
+        "warmup_rl_noedge": [*warm, NO_EDGE],
+        "rule_warmup": [f"warmup.steps={warmup_steps}", "warmup.bot=rule"],
+    }[name]
+
+
+def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
+    """One ``marl train`` run; returns its scalar curves."""
+    run_dir = out / name / f"seed{seed}"
+    steps = 1 if name == "rule_warmup" else args.steps
+    cmd = [
+        str(ROOT / ".venv/bin/marl"),
+        "train",
+        "--config-name",
+        "demo",
+        f"seed={seed}",
+        f"train.steps={steps}",
+        "train.checkpoint_every=0",
+        "logging.progress=false",
+        f"hydra.run.dir={run_dir}",
+        *condition_args(name, args.warmup_steps),
+        *args.extra,
+    ]
+    began = time.time()
+    print(f"[{name} seed {seed}] {' '.join(cmd[1:])}", flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
+        raise SystemExit(f"run {name} seed {seed} failed (rc {proc.returncode})")
+    curves = read_scalars(run_dir / "tensorboard")
+    curves["wall_s"] = time.time() - began
+    print(
+        f"[{name} seed {seed}] {curves['wall_s']:.0f} s; success per step "
+        f"{[round(v, 2) for v in curves.get(SUCCESS, [])]}",
+        flush=True,
+    )
+    return curves
+
+
+def read_scalars(logdir: Path) -> dict:
+    """Every scalar tag of a run as a list ordered by step (TensorBoard's own reader)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (0 for one value)."""
+    mean = fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, T95.get(len(values) - 1, 1.96) * stdev(values) / math.sqrt(len(values))
+
+
+def wilson(successes: float, n: int) -> tuple[float, float]:
+    """95% Wilson interval of a proportion."""
+    if n == 0:
+        return 0.0, 0.0
+    z, p = 1.96, successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def summarise(results: dict, episodes_per_step: int, last: int) -> dict:
+    """Start and end of each condition's curves, over seeds."""
+    table = {}
+    for name, runs in results.items():
+        row: dict = {}
+        for label, pick in (("start", lambda c: c[:1]), ("end", lambda c: c[-last:])):
+            per_seed = [fmean(pick(r[SUCCESS])) for r in runs if r.get(SUCCESS)]
+            if not per_seed:
+                continue
+            mean, half = interval(per_seed)
+            n = episodes_per_step * len(pick(runs[0][SUCCESS])) * len(per_seed)
+            row[f"success_{label}"] = mean
+            row[f"success_{label}_ci"] = half
+            row[f"success_{label}_wilson"] = wilson(mean * n, n)
+            for tag, key in ((MI, "mi"), (INFLUENCE, "influence"), (LISTENER_OK, "listener_pf")):
+                vals = [fmean(pick(r[tag])) for r in runs if r.get(tag)]
+                if vals:
+                    row[f"{key}_{label}"], row[f"{key}_{label}_ci"] = interval(vals)
+        row["seeds"] = len(runs)
+        row["wall_s"] = fmean(r["wall_s"] for r in runs)
+        table[name] = row
+    return table
+
+
+def markdown(table: dict) -> str:
+    """The result table in Markdown."""
+
+    def cell(row: dict, key: str) -> str:
+        if key not in row:
+            return "-"
+        return f"{row[key]:.2f} ± {row.get(key + '_ci', 0.0):.2f}"
+
+    lines = [
+        "| condition | seeds | success start | success end | end, pooled 95% | speaker MI end "
+        "(bits) | influence end | listener parse failures end | s/run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in table.items():
+        lo, hi = row.get("success_end_wilson", (0.0, 0.0))
+        lines.append(
+            f"| {name} | {row['seeds']} | {cell(row, 'success_start')} | "
+            f"{cell(row, 'success_end')} | [{lo:.2f}, {hi:.2f}] | {cell(row, 'mi_end')} | "
+            f"{cell(row, 'influence_end')} | {cell(row, 'listener_pf_end')} | "
+            f"{row['wall_s']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> None:
+    """Success, speaker MI and listener influence per step: mean over seeds with a 95% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, tag, title in zip(
+        axes, (SUCCESS, MI, INFLUENCE), ("listener success", "speaker MI (bits)", "influence")
+    ):
+        for name, runs in results.items():
+            curves = [r[tag] for r in runs if r.get(tag)]
+            if not curves or len(curves[0]) < 2:
+                continue
+            length = min(len(c) for c in curves)
+            steps = list(range(1, length + 1))
+            stats = [interval([c[i] for c in curves]) for i in range(length)]
+            means = [m for m, _ in stats]
+            ax.plot(steps, means, label=name)
+            ax.fill_between(
+                steps, [m - h for m, h in stats], [m + h for m, h in stats], alpha=0.2
+            )
+        if tag == SUCCESS:
+            ax.axhline(0.25, color="grey", linestyle=":", label="chance")
+        ax.set_title(title)
+        ax.set_xlabel("RL iteration")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    """Run the experiment and write the results."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conditions", nargs="+", default=["warmup_rl", "rl", "warmup_rl_noedge"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--warmup-steps", type=int, default=8)
+    parser.add_argument("--last", type=int, default=3, help="steps averaged for the end value")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "bench/results/communication"))
+    parser.add_argument("extra", nargs="*", help="more marl train overrides for every run")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {name: [] for name in args.conditions}
+    for seed in args.seeds:  # seed-major: a partial experiment still covers every condition
+        for name in args.conditions:
+            results[name].append(run(name, seed, args, out))
+            (out / "curves.json").write_text(json.dumps(results))
+    episodes = 8  # configs/demo.yaml: seeds_per_step x group_size
+    table = summarise(results, episodes, args.last)
+    load = os.getloadavg()
+    text = markdown(table)
+    print(text)
+    print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    (out / "summary.json").write_text(
+        json.dumps({"args": vars(args), "table": table, "load": load}, indent=2)
+    )
+    (out / "table.md").write_text(text + "\n")
+    plot(results, out / "curves.png")
+    print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
+
+
+if __name__ == "__main__":
+    main()
