@@ -6,10 +6,13 @@ interval over seeds, and over pooled episodes), a JSON file and a PNG of the cur
 
 Conditions (``--conditions``):
   rl                RL alone, from the base model.
-  warmup_rl         the format warm-up (markup and message style, random content), then RL.
-                    Its first iteration's rollout, before any RL update, is "warm-up alone".
+  warmup_rl         the listener warm-up of configs/demo.yaml (rule bots play, only the
+                    listener is imitated: it learns to pick what it hears; the speaker, who
+                    knows the answer, is not trained), then RL. Its first iteration's rollout,
+                    before any RL update, is "warm-up alone".
   warmup_rl_noedge  the same with no speaker->listener edge: the control.
-  rule_warmup       the rule-bot warm-up alone (teaches the answer; a reference, no RL).
+  format_warmup_rl  both agents imitate the format bot (markup, random content), then RL.
+  rule_warmup       both agents imitate the rule bots (teaches the answer; a reference, no RL).
 
     .venv/bin/python bench/communication.py                      # the full experiment
     .venv/bin/python bench/communication.py --seeds 0 --steps 4   # a quick look
@@ -39,13 +42,14 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 9:
 
 
 def condition_args(name: str, warmup_steps: int) -> list[str]:
-    """The ``marl train`` overrides of a condition."""
-    warm = [f"warmup.steps={warmup_steps}", "warmup.bot=format"]
+    """The ``marl train`` overrides of a condition (the rest is configs/demo.yaml)."""
+    warm = [f"warmup.steps={warmup_steps}"]
     return {
         "rl": ["warmup.steps=0"],
         "warmup_rl": warm,
         "warmup_rl_noedge": [*warm, NO_EDGE],
-        "rule_warmup": [f"warmup.steps={warmup_steps}", "warmup.bot=rule"],
+        "format_warmup_rl": [*warm, "warmup.bot=format", "warmup.agents=[]"],
+        "rule_warmup": [*warm, "warmup.bot=rule", "warmup.agents=[]"],
     }[name]
 
 
@@ -195,7 +199,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conditions", nargs="+", default=["warmup_rl", "rl", "warmup_rl_noedge"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup-steps", type=int, default=8)
     parser.add_argument("--last", type=int, default=3, help="steps averaged for the end value")
     parser.add_argument("--threads", type=int, default=2)
@@ -209,7 +213,7 @@ def main() -> None:
         for name in args.conditions:
             results[name].append(run(name, seed, args, out))
             (out / "curves.json").write_text(json.dumps(results))
-    episodes = 8  # configs/demo.yaml: seeds_per_step x group_size
+    episodes = 16  # configs/demo.yaml: seeds_per_step x group_size
     table = summarise(results, episodes, args.last)
     load = os.getloadavg()
     text = markdown(table)

@@ -244,9 +244,11 @@ class WarmupConfig:
     bot:        the scripted bot whose play is imitated: ``format`` (the markup and message style
                 with random content: teaches the protocol, not the answer), ``rule`` (also the
                 answer), ``random``, or any bot registered for the scenario's rules.
-    bots:       per-agent exceptions to ``bot``, agent -> bot name. ``{listener: rule}`` with
-                ``bot: format`` teaches signal's listener to pick what it hears (the listening
-                convention) while the speaker's messages stay random (no answer is taught).
+    bots:       per-agent exceptions to ``bot``, agent -> bot name.
+    agents:     the agents whose turns are imitated (empty = all). The others' bots still play,
+                so ``bot: rule, agents: [listener]`` teaches signal's listener to pick the
+                candidate it hears (the listening convention) and never trains the speaker, the
+                only agent that knows the answer.
     episodes:   bot episodes played per step (each gives one turn per agent per active round).
     batch_size: turns per forward pass (gradients are accumulated over a step).
     lr:         the warm-up's own AdamW learning rate.
@@ -256,6 +258,7 @@ class WarmupConfig:
     steps: int = 0
     bot: str = "format"
     bots: dict[str, str] = field(default_factory=dict)
+    agents: list[str] = field(default_factory=list)
     episodes: int = 8
     batch_size: int = 16
     lr: float = 1e-4

@@ -65,6 +65,7 @@ def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
     env = make(config.scenario.name, **config.scenario.overrides)
     w = config.warmup
     bots = {a: get_bot(env.spec.rules, w.bots.get(a, w.bot)) for a in env.possible_agents}
+    imitated = set(w.agents or env.possible_agents)
     out: list[ImitationTurn] = []
     for k in range(episodes):
         seed = random.Random(f"{config.seed}:warmup:{step}:{k}").randrange(2**31)
@@ -75,7 +76,7 @@ def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
             for agent in env.agents:
                 completion = bots[agent](agent, observations[agent], infos[agent], rng)
                 actions[agent] = completion
-                if env.is_idle(agent):
+                if env.is_idle(agent) or agent not in imitated:
                     continue
                 info = infos[agent]
                 head = response_head(info) if config.sampling.response_prefix else ""

@@ -112,3 +112,22 @@ def test_bad_warmup_settings_name_the_key() -> None:
         ConfigError, match="warmup.steps: the imitation warm-up runs in one process"
     ):
         check_config(load_config({**BASE, "ray": {"enabled": True}}))
+
+
+def test_only_the_named_agents_are_imitated() -> None:
+    config = load_config({**BASE, "warmup": {**BASE["warmup"], "agents": ["listener"]}})
+    turns = bot_turns(config, 16, step=0)
+    assert turns and {t.agent for t in turns} == {"listener"}
+    # the rule speaker still played: the listener heard the target and its answer names it
+    assert all(
+        t.completion[len("ACTION: ") :] in t.observation.split("received:")[-1] for t in turns
+    )
+
+
+def test_unknown_warmup_agents_name_the_key() -> None:
+    from marl.train import check_config
+
+    with pytest.raises(ConfigError, match="warmup.agents: no agent 'lisener'"):
+        check_config(load_config({**BASE, "warmup": {"steps": 1, "agents": ["lisener"]}}))
+    with pytest.raises(ConfigError, match="warmup.bots.listener: no scripted bot 'x'"):
+        check_config(load_config({**BASE, "warmup": {"steps": 1, "bots": {"listener": "x"}}}))

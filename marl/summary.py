@@ -1,0 +1,106 @@
+"""The end-of-run summary ``marl train`` prints, and the PNG of the headline curves.
+
+Start is the first iteration's rollout (before any RL update: after the warm-up, if any); end is
+the mean of the last ``last`` iterations. A success rate gets a 95% Wilson interval over the
+pooled episodes of those iterations; the reward gets a normal interval over the iterations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from statistics import fmean, stdev
+
+SUCCESS = "team/success"
+REWARD = "team/reward"
+MI_SUFFIX = "/speaker_mi_words"
+INFLUENCE_SUFFIX = "/influence_action"
+
+
+def wilson(p: float, n: int) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion ``p`` observed over ``n`` trials."""
+    if n <= 0:
+        return 0.0, 1.0
+    z = 1.96
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+class RunSummary:
+    """Collects the headline scalars of every iteration; prints and plots them at the end."""
+
+    def __init__(self, episodes_per_step: int, last: int = 3) -> None:
+        self.episodes = episodes_per_step
+        self.last = last
+        self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
+
+    def add(self, step: int, metrics: dict[str, float]) -> None:
+        """Keep this iteration's headline metrics."""
+        for key, value in metrics.items():
+            if key in (SUCCESS, REWARD) or key.endswith((MI_SUFFIX, INFLUENCE_SUFFIX)):
+                self.history[key].append((step, float(value)))
+
+    def _ends(self, key: str) -> tuple[float, float, int]:
+        values = [v for _, v in self.history[key]]
+        tail = values[-self.last :]
+        return values[0], fmean(tail), len(tail)
+
+    def lines(self) -> list[str]:
+        """Human-readable lines: success and reward at the start and the end, speaker MI."""
+        out = []
+        if self.history.get(SUCCESS):
+            start, end, k = self._ends(SUCCESS)
+            lo0, hi0 = wilson(start, self.episodes)
+            lo1, hi1 = wilson(end, self.episodes * k)
+            out.append(
+                f"success: start {start:.2f} [{lo0:.2f}, {hi0:.2f}] ({self.episodes} episodes)"
+                f" -> end {end:.2f} [{lo1:.2f}, {hi1:.2f}] (last {k} steps, "
+                f"{self.episodes * k} episodes; 95% Wilson intervals)"
+            )
+        if self.history.get(REWARD):
+            values = [v for _, v in self.history[REWARD]]
+            start, end, k = self._ends(REWARD)
+            tail = values[-k:]
+            half = 1.96 * stdev(tail) / math.sqrt(k) if k > 1 else 0.0
+            out.append(f"team reward: start {start:+.3f} -> end {end:+.3f} ± {half:.3f}")
+        for key in sorted(self.history):
+            if key.endswith(MI_SUFFIX) and "/edges/" not in key:
+                start, end, _ = self._ends(key)
+                agent = key.split("/")[1]
+                out.append(f"speaker MI ({agent}, words): start {start:.2f} -> end {end:.2f} bits")
+            if key.endswith(INFLUENCE_SUFFIX) and "/edges/" in key:
+                start, end, _ = self._ends(key)
+                edge = key.split("/")[2]
+                out.append(f"listener influence ({edge}): start {start:.2f} -> end {end:.2f}")
+        return out
+
+    def plot(self, path: Path) -> Path | None:
+        """A PNG of success (or reward), speaker MI and influence per iteration."""
+        keys = [k for k in (SUCCESS, REWARD) if self.history.get(k)][:1]
+        keys += sorted(k for k in self.history if k.endswith(MI_SUFFIX) and "/edges/" not in k)
+        keys += sorted(k for k in self.history if k.endswith(INFLUENCE_SUFFIX) and "/edges/" in k)
+        if not keys:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
+        for ax, key in zip(axes[0], keys):
+            steps = [s for s, _ in self.history[key]]
+            values = [v for _, v in self.history[key]]
+            ax.plot(steps, values, marker="o")
+            if key == SUCCESS:
+                bands = [wilson(v, self.episodes) for v in values]
+                ax.fill_between(steps, [b[0] for b in bands], [b[1] for b in bands], alpha=0.2)
+                ax.set_ylim(0, 1)
+            ax.set_title(key)
+            ax.set_xlabel("iteration")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return path
