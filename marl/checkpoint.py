@@ -1,58 +1,512 @@
-"""Checkpoints: model weights, optimizer, RNG states and step, written atomically.
+"""Checkpoints: model weights, optimizer, RNG states and step, written atomically, checked on load.
 
-A checkpoint is a directory ``<run>/checkpoints/step_<N>/`` holding ``state.pt``. It is written
-to a temporary directory first and renamed into place, so a crash never leaves half a checkpoint.
+A checkpoint is a directory ``<run>/checkpoints/step_<N>/`` holding ``state.pt`` and
+``manifest.json`` (format, step, size and sha256 of ``state.pt``). It is written to a temporary
+directory and renamed into place, so a crash never leaves half a checkpoint; ``latest`` names
+the newest step directory and is replaced atomically too (write a temporary file, then
+``os.replace``). Temporaries a killed save left behind are removed by the next save.
+
+``state.pt`` holds tensors and plain data only (dicts, lists, tuples, numbers, strings): NumPy
+arrays are stored as lists. Loading checks the manifest's size and sha256 before unpickling
+anything, then unpickles with ``torch.load(weights_only=True)``, which builds tensors and plain
+containers and refuses every other object, so a checkpoint never runs code. Any failure is one
+:class:`~marl.errors.RunError` line that names the file and what is wrong with it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
+import pickle
+import random
+import re
 import shutil
+import stat
 import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from marl.errors import RunError
+from marl.scenarios.spec import read_bounded, short
+
+FORMAT = "marl-checkpoint"
+FORMAT_VERSION = 1
+STATE_FILE = "state.pt"
+MANIFEST_FILE = "manifest.json"
+LATEST_FILE = "latest"
+MAX_MANIFEST_BYTES = 64 * 1024
+MAX_LATEST_BYTES = 256
+_STEP_DIR = re.compile(r"step_(\d{1,18})")
+_TEMP_PREFIXES = (".step_", ".latest.")
+_CHUNK = 1 << 22
+
+
+# --- save -------------------------------------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """``value`` with NumPy arrays and scalars turned into lists and Python numbers, so that
+    ``torch.load(weights_only=True)`` reads it back. Containers that need no change are
+    returned as they are (a model's state dict keeps its type and metadata)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        items = {key: plain(item) for key, item in value.items()}
+        if all(items[key] is value[key] for key in value):
+            return value
+        return items
+    if isinstance(value, (list, tuple)):
+        items = [plain(item) for item in value]
+        if all(new is old for new, old in zip(items, value)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    return value
 
 
 def save_checkpoint(run_dir: str | Path, step: int, state: dict[str, Any]) -> Path:
     """Write ``state`` as the checkpoint of ``step``; returns its directory."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"checkpoint step must be an integer >= 0, got {step!r}")
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(root)
     final = root / f"step_{step:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".step_{step:06d}.", dir=root))
+    scenario = _saved_scenario(state)
+    if scenario is not None:  # the registered name it resolved to when saved (check_resume)
+        state = {**state, "scenario": scenario}
+    tmp = Path(tempfile.mkdtemp(prefix=f".step_{step:06d}.{os.getpid()}.", dir=root))
+    aside = None
     try:
-        torch.save(state, tmp / "state.pt")
-        if final.exists():
-            shutil.rmtree(final)
+        payload = tmp / STATE_FILE
+        with open(payload, "wb") as f:
+            torch.save(plain(state), f)
+            f.flush()
+            os.fsync(f.fileno())
+        with open(payload, "rb") as f:
+            digest, size = _sha256(f)
+        manifest = {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "step": step,
+            "files": {STATE_FILE: {"bytes": size, "sha256": digest}},
+        }
+        _write_synced(tmp / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
+        if final.exists():  # the same step saved again: move the old one aside, then replace
+            aside = Path(tempfile.mkdtemp(prefix=f".step_{step:06d}.{os.getpid()}.", dir=root))
+            os.replace(final, aside / "old")
         os.replace(tmp, final)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    (root / "latest").write_text(final.name + "\n")
+        for leftover in (tmp, aside):
+            if leftover is not None and leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
+    _replace_text(root / LATEST_FILE, final.name + "\n")
+    _fsync_dir(root)
     return final
 
 
+def remove_stale_temporaries(root: str | Path) -> list[Path]:
+    """Remove the temporary directories and files that killed saves left in ``root`` (a
+    ``checkpoints`` directory); those of a save still running in a live process are kept."""
+    removed = []
+    for entry in Path(root).iterdir():
+        if not entry.name.startswith(_TEMP_PREFIXES):
+            continue
+        parts = entry.name.split(".")  # ".step_000003.<pid>.<random>", ".latest.<pid>.<random>"
+        pid = int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else None
+        if pid is not None and pid != os.getpid() and _alive(pid):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":  # os.kill(pid, 0) would not be a probe there
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically: a reader sees the old or the new content."""
+    fd, tmp = tempfile.mkstemp(prefix=f".latest.{os.getpid()}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on a directory; the renames still hold
+        pass
+    finally:
+        os.close(fd)
+
+
+def _sha256(f: Any) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    while chunk := f.read(_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+# --- find -------------------------------------------------------------------------------------
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
-    """The checkpoint directory ``path`` names: a step directory, or a run/checkpoints dir."""
+    """The checkpoint directory ``path`` names: a step directory, or a run/checkpoints dir.
+
+    In a checkpoints directory, ``latest`` says which step; it must name a ``step_N``
+    directory inside that same directory (a pointer elsewhere is refused, not followed).
+    Without ``latest``, the highest complete ``step_N`` is taken.
+    """
     path = Path(path)
-    candidates = [path, path / "checkpoints"]
-    for candidate in candidates:
-        if (candidate / "state.pt").is_file():
+    for candidate in (path, path / "checkpoints"):
+        if (candidate / MANIFEST_FILE).is_file() or (candidate / STATE_FILE).is_file():
             return candidate
-        latest = candidate / "latest"
-        if latest.is_file():
-            step_dir = candidate / latest.read_text().strip()
-            if (step_dir / "state.pt").is_file():
-                return step_dir
+        latest = candidate / LATEST_FILE
+        if latest.exists() or latest.is_symlink():
+            return _follow_latest(candidate, latest)
+        steps = _complete_steps(candidate)
+        if steps:
+            return steps[-1]
     raise RunError(
         f"resume: no checkpoint found at {path} (expected a step_N directory with state.pt)"
     )
 
 
+def _inside(root: Path, step_dir: Path) -> bool:
+    """Whether ``step_dir`` is, after following links, a direct child of ``root``."""
+    try:
+        return step_dir.resolve(strict=True).parent == root.resolve(strict=True)
+    except OSError:
+        return False
+
+
+def _complete_steps(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    found = []
+    for entry in root.iterdir():
+        match = _STEP_DIR.fullmatch(entry.name)
+        if match and (entry / MANIFEST_FILE).is_file() and _inside(root, entry):
+            found.append((int(match.group(1)), entry))
+    return [entry for _, entry in sorted(found)]
+
+
+def _follow_latest(root: Path, latest: Path) -> Path:
+    if latest.is_symlink():
+        raise RunError(f"resume: {latest} is a symbolic link; refusing to follow it")
+    try:
+        raw = read_bounded(latest, MAX_LATEST_BYTES)
+    except OSError as exc:
+        raise RunError(f"resume: cannot read {latest}: {exc.strerror or exc}") from None
+    name = raw.decode("utf-8", errors="replace").strip()
+    if not _STEP_DIR.fullmatch(name):
+        raise RunError(
+            f"resume: {latest} names {short(name)}, not a step_N directory; refusing to follow it"
+        )
+    step_dir = root / name
+    if not step_dir.is_dir():
+        raise RunError(f"resume: {latest} names {name}, which does not exist in {root}")
+    if not _inside(root, step_dir):
+        raise RunError(f"resume: {step_dir} leads outside {root}; refusing to follow it")
+    return step_dir
+
+
+# --- load -------------------------------------------------------------------------------------
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint saved by :func:`save_checkpoint`."""
+    """Load and check a checkpoint saved by :func:`save_checkpoint`; raises RunError."""
     directory = resolve_checkpoint(path)
-    return torch.load(directory / "state.pt", map_location="cpu", weights_only=False)
+    manifest = _read_manifest(directory)
+    payload = directory / STATE_FILE
+    expected = manifest["files"][STATE_FILE]
+    with _open_payload(payload) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size != expected["bytes"]:
+            raise RunError(
+                f"resume: {payload} is corrupt: {size} bytes where {MANIFEST_FILE} says "
+                f"{expected['bytes']} (truncated or replaced?)"
+            )
+        digest, _ = _sha256(f)
+        if digest != expected["sha256"]:
+            raise RunError(
+                f"resume: {payload} is corrupt: its sha256 does not match {MANIFEST_FILE}"
+            )
+        f.seek(0)
+        if f.read(4) != b"PK\x03\x04":  # torch.save's zip format; never the legacy pickle one
+            raise RunError(f"resume: {payload} is not a readable checkpoint (not a zip archive)")
+        f.seek(0)
+        try:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any failure to read is one line, not a trace
+            reason = _unpickling_reason(exc) if isinstance(exc, pickle.UnpicklingError) else ""
+            if reason.startswith("Unsupported global"):
+                raise RunError(
+                    f"resume: {payload} holds objects other than tensors and plain data "
+                    f"({reason}); refusing to load it"
+                ) from None
+            raise RunError(
+                f"resume: {payload} is not a readable checkpoint "
+                f"({type(exc).__name__}: {reason or _first_line(exc)})"
+            ) from None
+    check_state(state, payload, manifest_step=manifest["step"])
+    return state
+
+
+@contextlib.contextmanager
+def _open_payload(payload: Path) -> Iterator[Any]:
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(payload, flags)
+    except FileNotFoundError:
+        raise RunError(f"resume: {payload} is missing") from None
+    except OSError as exc:
+        raise RunError(f"resume: cannot read {payload}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RunError(f"resume: {payload} is not a regular file")
+        yield f
+
+
+def _read_manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST_FILE
+    if not path.exists():
+        raise RunError(
+            f"resume: {directory} has no {MANIFEST_FILE} (not a checkpoint, or written by an "
+            "older version without checksums); refusing to load it unchecked"
+        )
+    try:
+        manifest = json.loads(read_bounded(path, MAX_MANIFEST_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or _first_line(exc)
+        raise RunError(f"resume: {path} is unreadable ({reason})") from None
+    ok = (
+        isinstance(manifest, dict)
+        and manifest.get("format") == FORMAT
+        and isinstance(manifest.get("files"), dict)
+        and isinstance(entry := manifest["files"].get(STATE_FILE), dict)
+        and _is_int(entry.get("bytes"))
+        and isinstance(entry.get("sha256"), str)
+        and _is_int(manifest.get("step"))
+    )
+    if not ok:
+        raise RunError(f"resume: {path} is not a marl checkpoint manifest")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise RunError(
+            f"resume: {path} has format version {short(manifest.get('version'))}; this version "
+            f"of marl reads version {FORMAT_VERSION}"
+        )
+    return manifest
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:160]
+
+
+def _unpickling_reason(exc: BaseException) -> str:
+    """The useful line of torch's weights-only refusal (its first lines are advice to load the
+    file unsafely, which we will not give), or "" when it has none."""
+    _, found, rest = str(exc).partition("WeightsUnpickler error:")
+    lines = [line.strip() for line in rest.splitlines() if line.strip()] if found else []
+    return lines[0].split(" was not an allowed global")[0][:160] if lines else ""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_state(state: object, source: str | Path, manifest_step: int | None = None) -> None:
+    """Raise RunError unless ``state`` has the structure :func:`save_checkpoint` writes for
+    ``marl train``: a step >= 0, RNG states each generator accepts, and per-policy states."""
+
+    def fail(what: str) -> RunError:
+        return RunError(f"resume: {source}: {what}")
+
+    if not isinstance(state, dict):
+        raise fail(f"holds a {type(state).__name__}, not a checkpoint state")
+    step = state.get("step")
+    if not _is_int(step) or step < 0:
+        raise fail(f"step is {short(step)}; it must be an integer >= 0")
+    if manifest_step is not None and step != manifest_step:
+        raise fail(f"step is {step} but {MANIFEST_FILE} says {manifest_step}")
+    rng = state.get("rng")
+    if not isinstance(rng, dict) or not {"python", "numpy", "torch"} <= set(rng):
+        raise fail("rng must hold the python, numpy and torch generator states")
+    _check_rng(rng, fail)
+    policies = state.get("policies")
+    if policies is None and {"model", "learner"} <= set(state):
+        policies = {"shared": {"weights": state["model"], "learner": state["learner"]}}
+    if not isinstance(policies, dict) or not policies:
+        raise fail("holds no policy states")
+    for pid, policy in policies.items():
+        if not isinstance(policy, dict) or not isinstance(policy.get("weights"), dict):
+            raise fail(f"policy {short(pid)} has no weights")
+        bad = [k for k, v in policy["weights"].items() if not isinstance(v, torch.Tensor)]
+        if bad:
+            raise fail(f"policy {short(pid)}: weight {short(bad[0])} is not a tensor")
+        learner = policy.get("learner")
+        if not isinstance(learner, dict) or not isinstance(learner.get("optimizer"), dict):
+            raise fail(f"policy {short(pid)} has no optimizer state")
+        if "rng" in learner:
+            _check_python_rng(learner["rng"], fail, f"policy {short(pid)}: learner rng")
+
+
+def _check_python_rng(value: object, fail: Any, what: str) -> None:
+    try:
+        random.Random().setstate(value)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001
+        raise fail(f"{what} is not a Python random state") from None
+
+
+def _check_rng(rng: Mapping[str, Any], fail: Any) -> None:
+    _check_python_rng(rng["python"], fail, "rng.python")
+    try:
+        np.random.RandomState().set_state(rng["numpy"])
+    except Exception:  # noqa: BLE001
+        raise fail("rng.numpy is not a NumPy random state") from None
+    try:
+        torch.Generator().set_state(rng["torch"])
+    except Exception:  # noqa: BLE001
+        raise fail("rng.torch is not a torch random state") from None
+
+
+# --- resume -----------------------------------------------------------------------------------
+
+
+def _scenario_id(name: object) -> object:
+    """A scenario reference as the registry resolves it (``relay`` -> ``relay-v1``)."""
+    from marl.scenarios.registry import _is_path, resolve_name
+    from marl.scenarios.spec import ScenarioError
+
+    if not isinstance(name, str) or _is_path(name):
+        return name
+    try:
+        return resolve_name(name)
+    except ScenarioError:
+        return name
+
+
+def _saved_scenario(state: Mapping[str, Any]) -> object:
+    """The scenario a checkpoint state was trained on: the registered name recorded at save
+    time, else the one its config names (None when it records neither)."""
+    if isinstance(state.get("scenario"), str):
+        return state["scenario"]
+    saved = state.get("config")
+    if not isinstance(saved, Mapping) or not isinstance(saved.get("scenario"), Mapping):
+        return None
+    return _scenario_id(saved["scenario"].get("name"))
+
+
+def check_resume(state: Mapping[str, Any], config: Any) -> None:
+    """Refuse to resume ``state`` into a run on another scenario, unless the config says
+    ``resume_allow_scenario_change=true``. ``config`` is a :class:`marl.config.Config`."""
+    before = _saved_scenario(state)
+    if before is None:
+        return  # no record of the scenario: nothing to compare
+    now = _scenario_id(config.scenario.name)
+    if before != now and not getattr(config, "resume_allow_scenario_change", False):
+        raise RunError(
+            f"resume: the checkpoint was trained on scenario {short(before)}, this run plays "
+            f"{short(now)}; set resume_allow_scenario_change=true to continue on another scenario"
+        )
+
+
+def check_weights(
+    saved: Mapping[str, Mapping[str, Any]],
+    current: Mapping[str, Mapping[str, Any]],
+    saved_config: Mapping[str, Any] | None = None,
+    config: Any = None,
+) -> None:
+    """Refuse checkpoint weights that do not fit the models built for this run.
+
+    ``saved`` and ``current`` map policy ids to learner states (``kind`` and ``weights``);
+    policies missing on either side are left to the runtime, which names them. The message
+    names the first tensor that differs and, when the configs say why, the model settings.
+    """
+    differences: list[str] = []
+    for pid in sorted(set(saved) & set(current)):
+        old, new = saved[pid], current[pid]
+        if old.get("kind", "full") != new.get("kind", "full"):
+            differences.append(
+                f"policy {pid!r} is {old.get('kind', 'full')!r} in the checkpoint, "
+                f"{new.get('kind', 'full')!r} here"
+            )
+            continue
+        old_w, new_w = old.get("weights", {}), new.get("weights", {})
+        for name in sorted(set(old_w) | set(new_w)):
+            if name not in new_w:
+                differences.append(f"policy {pid!r}: {name} is in the checkpoint, not here")
+            elif name not in old_w:
+                differences.append(f"policy {pid!r}: {name} is missing from the checkpoint")
+            elif tuple(old_w[name].shape) != tuple(new_w[name].shape):
+                differences.append(
+                    f"policy {pid!r}: {name} is {list(old_w[name].shape)} in the checkpoint, "
+                    f"{list(new_w[name].shape)} here"
+                )
+    if not differences:
+        return
+    more = f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""
+    settings = _model_differences(saved_config, config)
+    raise RunError(
+        f"resume: the checkpoint's weights do not fit this run's model: {differences[0]}{more}"
+        + (f"; {settings}" if settings else "")
+    )
+
+
+def _model_differences(saved_config: Mapping[str, Any] | None, config: Any) -> str:
+    if not isinstance(saved_config, Mapping) or config is None:
+        return ""
+    before = saved_config.get("model")
+    now = asdict(config.model) if is_dataclass(config.model) else None
+    if not isinstance(before, Mapping) or not isinstance(now, dict):
+        return ""
+    keys = [k for k in now if k in before and before[k] != now[k]]
+    if not keys:
+        return ""
+    pairs = ", ".join(
+        f"model.{k} is {short(before[k])} in the checkpoint, {short(now[k])} here" for k in keys[:4]
+    )
+    return pairs

@@ -31,9 +31,17 @@ train.steps=50). `marl play --cfg job` prints the composed config.
 
 def _validate(args: Sequence[str]) -> int:
     from marl.scenarios.registry import _load_builtins
-    from marl.scenarios.spec import ScenarioError, read_yaml, validate_scenario
+    from marl.scenarios.spec import (
+        MAX_LISTED_PROBLEMS,
+        ScenarioError,
+        read_yaml,
+        validate_scenario,
+    )
 
-    parser = argparse.ArgumentParser(prog="marl validate", description="Check scenario YAML files.")
+    parser = argparse.ArgumentParser(
+        prog="marl validate",
+        description="Check scenario YAML files (regular files up to 1 MB; others are refused).",
+    )
     parser.add_argument("files", nargs="+")
     ns = parser.parse_args(args)
     _load_builtins()
@@ -45,8 +53,10 @@ def _validate(args: Sequence[str]) -> int:
             problems = exc.problems
         if problems:
             failed = True
-            for problem in problems:
+            for problem in problems[:MAX_LISTED_PROBLEMS]:
                 print(f"{file}: {problem}")
+            if len(problems) > MAX_LISTED_PROBLEMS:
+                print(f"{file}: ... and {len(problems) - MAX_LISTED_PROBLEMS} more problems")
         else:
             print(f"{file}: ok")
     return 1 if failed else 0

@@ -16,18 +16,20 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from marl.checkpoint import load_checkpoint, save_checkpoint
+from marl.checkpoint import check_resume, check_weights, load_checkpoint, save_checkpoint
 from marl.config import Config, ConfigError, load_config
 from marl.credit import is_counterfactual
 from marl.credit_phase import credit_phase, make_engine, mean_influence
 from marl.emergence import tracker_for
 from marl.metrics import rollout_metrics
+from marl.outcomes import episode_bonuses, outcome_metrics
 from marl.policy_map import PolicyPlan, assign_gpus, plan_for
 from marl.rollout import RolloutResult
 from marl.runtime import Runtime, make_runtime
 from marl.scenarios.registry import make
 from marl.scenarios.transcript import render_transcript
 from marl.seeding import rng_states, seed_everything, set_rng_states
+from marl.summary import RunSummary
 from marl.tensorboard import TensorBoardLogger
 from marl.workers import step_seeds
 
@@ -56,6 +58,7 @@ def check_config(config: Config) -> PolicyPlan | None:
             )
         return None
     plan = plan_for(config)
+    _check_warmup(config)
     r = config.ray
     if not r.enabled:
         import torch
@@ -66,6 +69,40 @@ def check_config(config: Config) -> PolicyPlan | None:
         workers = min(r.num_rollout_workers, config.train.seeds_per_step)
         assign_gpus(plan, r.num_gpus, source="ray.num_gpus", reserved=workers * r.worker_num_gpus)
     return plan
+
+
+def _check_warmup(config: Config) -> None:
+    """The warm-up runs in this process, on bots the scenario has (or on a readable file)."""
+    w = config.warmup
+    if w.steps <= 0:
+        return
+    if config.ray.enabled:
+        raise ConfigError(
+            "warmup.steps: the imitation warm-up runs in one process; use ray=disabled, or "
+            "warm up first and resume the checkpoint with Ray"
+        )
+    if w.data:
+        from marl.warmup import read_transcripts
+
+        read_transcripts(w.data)
+        return
+    from marl.scenarios.bots import get_bot
+    from marl.scenarios.spec import ScenarioError
+
+    env = make(config.scenario.name, **config.scenario.overrides)
+    for key, agents in (("warmup.bots", list(w.bots)), ("warmup.agents", w.agents)):
+        unknown = sorted(set(agents) - set(env.possible_agents))
+        if unknown:
+            raise ConfigError(
+                f"{key}: no agent {unknown[0]!r} in {env.spec.name} "
+                f"(agents: {', '.join(env.possible_agents)})"
+            )
+    checks = [("warmup.bot", w.bot)] + [(f"warmup.bots.{a}", b) for a, b in w.bots.items()]
+    for key, name in checks:
+        try:
+            get_bot(env.spec.rules, name)
+        except ScenarioError as exc:
+            raise ConfigError(f"{key}: {exc.problems[0].message}") from None
 
 
 def policy_states(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -88,6 +125,8 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
     config = load_config(cfg)
     plan = check_config(config)
     resume = load_checkpoint(config.resume) if config.resume else None
+    if resume is not None:
+        check_resume(resume, config)  # the scenario it was trained on
     run_dir = Path(run_dir) if run_dir is not None else run_dir_of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_yaml = OmegaConf.to_yaml(OmegaConf.structured(config))
@@ -100,8 +139,10 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
     start = 0
     progress = None
     metrics: dict[str, float] = {}
+    summary = RunSummary(t.seeds_per_step * t.group_size)
     try:
         if resume is not None:
+            check_weights(policy_states(resume), runtime.state(), resume.get("config"), config)
             runtime.load_state(policy_states(resume))
             set_rng_states(resume["rng"])
             start = int(resume["step"])
@@ -118,13 +159,26 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         emergence = tracker_for(config, runtime.credit_generate)
         if resume is not None:
             emergence.load_state_dict(resume.get("emergence"))
+        if start == 0 and config.warmup.steps > 0:
+            from marl.warmup import run_warmup
+
+            assert plan is not None
+            run_warmup(
+                config,
+                runtime.learners,  # type: ignore[attr-defined]
+                plan.policy_of,
+                log=logger.scalars,
+                progress=config.logging.progress,
+            )
+            runtime.sync()
         progress = _progress(start, t.steps, config.logging.progress)
         for step in range(start, t.steps):
             began = time.perf_counter()
             rollout = runtime.rollout(step)
             rollout_time = time.perf_counter() - began
+            bonuses = episode_bonuses(rollout, step)
             credit_result, credit_metrics = credit_phase(
-                config.credit, rollout, engine, config.algo.advantage
+                config.credit, rollout, engine, config.algo.advantage, bonuses
             )
             update_began = time.perf_counter()
             updates = runtime.update(rollout.turns)
@@ -137,6 +191,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             metrics.update(emergence.step([s.env for s in rollout.slots], step))
             metrics["perf/emergence_time"] = time.perf_counter() - emergence_began
             metrics.update(credit_metrics)
+            metrics.update(outcome_metrics(rollout, step, bonuses))
             metrics.update(_policy_metrics(updates))
             step_time = time.perf_counter() - began
             metrics.update(
@@ -151,6 +206,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 }
             )
             logger.scalars(metrics, step + 1)
+            summary.add(step + 1, metrics)
             _log_samples(logger, config, rollout, credit_result, step)
             last = step + 1 == t.steps
             if last or (t.checkpoint_every and (step + 1) % t.checkpoint_every == 0):
@@ -168,6 +224,11 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             progress.close()
         logger.close()
         runtime.close()
+    for line in summary.lines():
+        print(line)
+    png = summary.plot(run_dir / "curves.png") if summary.history else None
+    if png is not None:
+        print(f"curves: {png}")
     print(f"tensorboard logs: {run_dir / 'tensorboard'}  (view: tensorboard --logdir {run_dir})")
     return metrics
 

@@ -3,12 +3,14 @@
 Built-in scenarios are the YAML files in ``scenarios/builtin/``; their Python rules live beside
 them and register themselves on import. ``register_scenario(path)`` adds a YAML file of your own
 under the ``name`` it declares. A name without a version suffix (``signal``) means the highest
-registered version (``signal-v1`` over ``signal-v0``).
+registered version (``signal-v1`` over ``signal-v0``). A registered name wins over a file of
+the same name in the working directory (:func:`scenario_path`).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import re
 from collections.abc import Mapping
@@ -80,12 +82,37 @@ def resolve_name(name: str) -> str:
     raise ScenarioError([Problem("scenario", f"unknown scenario {name!r}; known: {known}")])
 
 
-def load_document(name_or_path: str | Path) -> tuple[dict, str]:
-    """The raw YAML document of a scenario name or file path, and where it came from."""
+def _is_path(text: str) -> bool:
+    """Whether a scenario reference is a file path by its form: a .yaml/.yml name or a name
+    with a directory separator. Anything else is looked up in the registry first."""
+    separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    return text.endswith((".yaml", ".yml")) or any(sep in text for sep in separators)
+
+
+def scenario_path(name_or_path: str | Path) -> Path:
+    """The YAML file a scenario reference means.
+
+    A reference that looks like a path (``my.yaml``, ``./relay-v0``) is that file. Otherwise a
+    registered name wins: a file called ``relay-v0`` in the working directory does not replace
+    the registered ``relay-v0``. Only a bare name that no registered scenario has falls back to
+    a file of that name in the working directory.
+    """
     _load_builtins()
     text = str(name_or_path)
-    looks_like_path = text.endswith((".yaml", ".yml")) or "/" in text or Path(text).is_file()
-    path = Path(text) if looks_like_path else SCENARIOS[resolve_name(text)]
+    if isinstance(name_or_path, Path) or _is_path(text):
+        return Path(text)
+    try:
+        return SCENARIOS[resolve_name(text)]
+    except ScenarioError:
+        if Path(text).is_file():
+            return Path(text)
+        raise
+
+
+def load_document(name_or_path: str | Path) -> tuple[dict, str]:
+    """The raw YAML document of a scenario name or file path, and where it came from
+    (:func:`scenario_path` says which file a name means)."""
+    path = scenario_path(name_or_path)
     data = read_yaml(path)
     if not isinstance(data, Mapping):
         raise ScenarioError([Problem("", "a scenario must be a YAML mapping")], str(path))

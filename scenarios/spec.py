@@ -3,6 +3,11 @@
 ``validate_scenario(data)`` returns one :class:`Problem` per mistake, each naming the key path
 (``graph.edges[3]: unknown agent 'carol'``). ``load_spec(path_or_dict)`` raises
 :class:`ScenarioError` carrying all the problems at once, so a user fixes a file in one pass.
+
+A scenario file is untrusted data: :func:`read_yaml` reads only regular files up to
+MAX_YAML_BYTES, :class:`ScenarioLoader` refuses anchors, aliases, duplicate keys, deep nesting
+and huge numbers, values quoted in problems go through :func:`short`, and agent names may be
+neither invisible nor look-alikes of each other (README, "Trust model").
 """
 
 from __future__ import annotations
@@ -10,8 +15,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
+import reprlib
+import stat
 import types
 import typing
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +48,15 @@ GRAPH_KEYS = {"topology", "directed", "edges", "center", "p", "seed", "rewire_ev
 MESSAGE_KEYS = {"max_chars", "max_per_round", "noise"}
 NOISE_KEYS = {"drop", "corrupt"}
 EPISODE_KEYS = {"rounds", "lenient_actions"}
-REWARD_KEYS = {"cooperation", "malformed_penalty"}
+REWARD_KEYS = {"cooperation", "malformed_penalty", "shaping"}
+
+# Bounds on what a scenario file may make the loader do (README, "Trust model").
+MAX_YAML_BYTES = 1_000_000  # a scenario file larger than this is refused unread
+MAX_YAML_DEPTH = 50  # nesting of mappings and sequences
+MAX_NUMBER_CHARS = 100  # characters of one YAML number (Python refuses ints over 4300 digits)
+MAX_AGENT_NAME = 64  # characters of one agent name
+MAX_PRINTED = 80  # characters of a value quoted in a problem message
+MAX_LISTED_PROBLEMS = 50  # problems spelled out in a ScenarioError's message
 
 
 @dataclass(frozen=True)
@@ -60,7 +77,44 @@ class ScenarioError(ValueError):
         self.problems = problems
         self.source = source
         head = f"invalid scenario {source}".strip() if source else "invalid scenario"
-        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in problems))
+        lines = [f"  {p}" for p in problems[:MAX_LISTED_PROBLEMS]]
+        if len(problems) > MAX_LISTED_PROBLEMS:
+            lines.append(f"  ... and {len(problems) - MAX_LISTED_PROBLEMS} more problems")
+        super().__init__(head + ":\n" + "\n".join(lines))
+
+
+class _ShortRepr(reprlib.Repr):
+    """``repr`` that stays short whatever the value: nested, shared, huge or self-containing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxdict = self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = 6
+        self.maxstring = self.maxother = self.maxlong = MAX_PRINTED
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 200:  # repr() of a 5000-digit int raises; say how big it is instead
+            return f"<an integer of about {int(x.bit_length() * math.log10(2)) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_SHORT = _ShortRepr()
+
+
+def short(value: object, limit: int = MAX_PRINTED) -> str:
+    """A bounded ``repr`` of a value from a scenario file, for problem messages."""
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails still gets a message
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _key(key: object) -> str:
+    """A mapping key as it appears in a problem's path (a string as is, else its short repr)."""
+    if isinstance(key, str):
+        return key if len(key) <= MAX_PRINTED else key[: MAX_PRINTED - 3] + "..."
+    return short(key)
 
 
 @dataclass(frozen=True)
@@ -79,6 +133,7 @@ class ScenarioSpec:
     lenient_actions: bool = False
     cooperation: float = 1.0
     malformed_penalty: float = -0.1
+    shaping: tuple[Any, ...] = ()  # ShapingTerm (marl.scenarios.shaping), applied by the trainer
     system_prompt: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""
@@ -86,7 +141,7 @@ class ScenarioSpec:
 
 def _unknown_keys(data: Mapping, allowed: set[str], prefix: str) -> list[Problem]:
     return [
-        Problem(f"{prefix}{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        Problem(f"{prefix}{_key(key)}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
         for key in data
         if key not in allowed
     ]
@@ -94,6 +149,16 @@ def _unknown_keys(data: Mapping, allowed: set[str], prefix: str) -> list[Problem
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite(value: object) -> bool:
+    """A number that converts to a finite float (a 400-digit int overflows float())."""
+    if not _is_number(value):
+        return False
+    try:
+        return math.isfinite(float(value))  # type: ignore[arg-type]
+    except OverflowError:
+        return False
 
 
 def _is_int(value: object) -> bool:
@@ -123,7 +188,7 @@ def _type_ok(value: object, hint: object) -> bool:
     if hint is int:
         return _is_int(value)
     if hint is float:
-        return _is_number(value) and math.isfinite(value)
+        return _is_finite(value)
     if isinstance(hint, type):
         return isinstance(value, hint)
     return True  # an annotation this simple check does not know: the rules check it
@@ -150,9 +215,57 @@ def _param_type_problems(params_cls: type, params: Mapping) -> list[Problem]:
         hint = hints.get(key) if isinstance(key, str) else None
         if hint is not None and not _type_ok(value, hint):
             problems.append(
-                Problem(f"params.{key}", f"must be {_describe(hint)}, got {value!r:.40}")
+                Problem(f"params.{_key(key)}", f"must be {_describe(hint)}, got {short(value)}")
             )
     return problems
+
+
+# Code points that render as nothing in most fonts but are letters or marks by category
+# (Unicode's Default_Ignorable_Code_Point, less the Cf ones the category test already catches).
+_INVISIBLE = {0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x3164, 0xFFA0}
+_INVISIBLE_RANGES = ((0x180B, 0x180F), (0xFE00, 0xFE0F), (0xE0100, 0xE01EF))
+# Control, format (zero-width, bidi), surrogate, private-use, unassigned, separators.
+_REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"}
+# Cyrillic and Greek letters that look like Latin ones (lower case: compared after casefold).
+_LOOKALIKE = str.maketrans(
+    "аеорсухѕіјһԁӏԛԝкмтнвьαβεικνορτυχηωζ",
+    "aeopcyxsijhdlqwkmthbbabeikvoptuxnwz",
+)
+_MIXABLE_SCRIPTS = {"LATIN", "CYRILLIC", "GREEK"}
+
+
+def _invisible(char: str) -> bool:
+    code = ord(char)
+    if unicodedata.category(char) in _REFUSED_CATEGORIES or code in _INVISIBLE:
+        return True
+    return any(low <= code <= high for low, high in _INVISIBLE_RANGES)
+
+
+def _name_problem(name: str) -> str | None:
+    """Why an agent name could be mistaken for another or hide text, or None when it is fine:
+    invisible, control, format (zero-width, bidi) or separator characters, or letters of the
+    Latin, Greek and Cyrillic scripts mixed in one name."""
+    for char in name:
+        if _invisible(char):
+            return (
+                f"agent name {short(name)} holds the invisible or control character "
+                f"U+{ord(char):04X}"
+            )
+    scripts = {
+        unicodedata.name(c, "?").split()[0] for c in name if unicodedata.category(c)[0] == "L"
+    }
+    mixed = sorted(scripts & _MIXABLE_SCRIPTS)
+    if len(mixed) > 1:
+        return (
+            f"agent name {short(name)} mixes {' and '.join(s.title() for s in mixed)} letters, "
+            "so it can look like another name"
+        )
+    return None
+
+
+def _skeleton(name: str) -> str:
+    """What a name looks like: two names with the same skeleton are refused as look-alikes."""
+    return unicodedata.normalize("NFKC", name).casefold().translate(_LOOKALIKE)
 
 
 def validate_scenario(data: object, rules_params: set[str] | None = None) -> list[Problem]:
@@ -176,24 +289,45 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
         problems.append(Problem("rules", "required, the name of registered Python rules"))
     elif rules not in RULES:  # a str, so hashable
         known = ", ".join(sorted(RULES)) or "none"
-        problems.append(Problem("rules", f"unknown rules {rules!r}; known: {known}"))
+        problems.append(Problem("rules", f"unknown rules {short(rules)}; known: {known}"))
 
     agents_raw = data.get("agents")
     agents: list[str] = []
     if isinstance(agents_raw, list) and agents_raw:
+        skeletons: dict[str, str] = {}
         for i, agent in enumerate(agents_raw):
             if not isinstance(agent, str) or not agent.strip():
                 problems.append(Problem(f"agents[{i}]", "an agent name must be a non-empty string"))
+            elif len(agent) > MAX_AGENT_NAME:
+                problems.append(
+                    Problem(
+                        f"agents[{i}]",
+                        f"agent name {short(agent)} is {len(agent)} characters long "
+                        f"(at most {MAX_AGENT_NAME})",
+                    )
+                )
             elif any(c.isspace() or c in "@:," for c in agent):
                 problems.append(
                     Problem(
-                        f"agents[{i}]", f"agent name {agent!r} may not hold spaces, '@', ':' or ','"
+                        f"agents[{i}]",
+                        f"agent name {short(agent)} may not hold spaces, '@', ':' or ','",
                     )
                 )
+            elif (bad := _name_problem(agent)) is not None:
+                problems.append(Problem(f"agents[{i}]", bad))
             elif agent in agents:
-                problems.append(Problem(f"agents[{i}]", f"duplicate agent {agent!r}"))
+                problems.append(Problem(f"agents[{i}]", f"duplicate agent {short(agent)}"))
+            elif (twin := skeletons.get(_skeleton(agent))) is not None:
+                problems.append(
+                    Problem(
+                        f"agents[{i}]",
+                        f"agent name {short(agent)} looks like agent {short(twin)}; names must "
+                        "differ by more than case, character width or look-alike letters",
+                    )
+                )
             else:
                 agents.append(agent)
+                skeletons[_skeleton(agent)] = agent
     else:
         problems.append(Problem("agents", "required, a non-empty list of agent names"))
     known_agents = set(agents)
@@ -215,9 +349,9 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     roles = _check_section(data, "roles", problems)
     for agent, text in roles.items():
         if agent not in known_agents:
-            problems.append(Problem(f"roles.{agent}", f"unknown agent {agent!r}"))
+            problems.append(Problem(f"roles.{_key(agent)}", f"unknown agent {short(agent)}"))
         elif not isinstance(text, str):
-            problems.append(Problem(f"roles.{agent}", "must be a string"))
+            problems.append(Problem(f"roles.{_key(agent)}", "must be a string"))
 
     graph = _check_section(data, "graph", problems)
     problems += _unknown_keys(graph, GRAPH_KEYS, "graph.")
@@ -227,7 +361,7 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
         problems.append(
             Problem(
                 "graph.topology",
-                f"unknown topology {topology!r}; known: {', '.join(sorted(TOPOLOGIES))}",
+                f"unknown topology {short(topology)}; known: {', '.join(sorted(TOPOLOGIES))}",
             )
         )
     if "directed" in graph and not isinstance(graph["directed"], bool):
@@ -235,7 +369,7 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     if "center" in graph and not (
         isinstance(graph["center"], str) and graph["center"] in known_agents
     ):
-        problems.append(Problem("graph.center", f"unknown agent {graph['center']!r}"))
+        problems.append(Problem("graph.center", f"unknown agent {short(graph['center'])}"))
     if "p" in graph and not (_is_number(graph["p"]) and 0 <= graph["p"] <= 1):
         problems.append(Problem("graph.p", "must be a probability between 0 and 1"))
     if "seed" in graph and graph["seed"] is not None and not _is_int(graph["seed"]):
@@ -256,7 +390,7 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
             continue
         for end in edge:
             if not isinstance(end, str) or end not in known_agents:
-                problems.append(Problem(f"graph.edges[{i}]", f"unknown agent {end!r}"))
+                problems.append(Problem(f"graph.edges[{i}]", f"unknown agent {short(end)}"))
         if edge[0] == edge[1]:
             problems.append(Problem(f"graph.edges[{i}]", "an edge may not loop to itself"))
 
@@ -292,9 +426,13 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
             Problem("reward.cooperation", "must be between 0 (zero-sum) and 1 (fully cooperative)")
         )
     if "malformed_penalty" in reward and not (
-        _is_number(reward["malformed_penalty"]) and math.isfinite(reward["malformed_penalty"])
+        _is_finite(reward["malformed_penalty"])
     ):
         problems.append(Problem("reward.malformed_penalty", "must be a finite number"))
+    if "shaping" in reward:
+        from marl.scenarios.shaping import validate_shaping
+
+        problems += validate_shaping(reward["shaping"])
 
     for key in ("description", "system_prompt"):
         if key in data and not isinstance(data[key], str):
@@ -307,8 +445,8 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
                 allowed = ", ".join(sorted(rules_params)) or "none"
                 problems.append(
                     Problem(
-                        f"params.{key}",
-                        f"unknown parameter for rules {rules!r} (allowed: {allowed})",
+                        f"params.{_key(key)}",
+                        f"unknown parameter for rules {short(rules)} (allowed: {allowed})",
                     )
                 )
     if rules_known:
@@ -321,26 +459,168 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     return problems
 
 
+class _Refused(yaml.YAMLError):
+    """A YAML construct a scenario file may not use, at a place in the file."""
+
+    def __init__(self, problem: str, mark: object | None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = mark
+
+
+class ScenarioLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` with bounds for files nobody vouches for.
+
+    Refused: anchors and aliases (``&x``, ``*x``: the alias bomb and self-containing values),
+    duplicate keys, nesting deeper than MAX_YAML_DEPTH, and numbers longer than
+    MAX_NUMBER_CHARS characters. Like SafeLoader, it builds plain data only: no tag runs code.
+    """
+
+    def __init__(self, stream: object) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: object, index: object) -> yaml.Node:  # noqa: D102
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(
+                "YAML aliases (*name) are not allowed in a scenario file", event.start_mark
+            )
+        if getattr(event, "anchor", None) is not None:
+            raise _Refused(
+                "YAML anchors (&name) are not allowed in a scenario file", event.start_mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _Refused(
+                    f"YAML nested too deeply (more than {MAX_YAML_DEPTH} levels)",
+                    event.start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:  # noqa: D102
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # an unhashable key: SafeLoader refuses it with its mark
+                    continue
+                if duplicate:
+                    raise _Refused(f"duplicate key {short(key)}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+    def _bounded_number(self, node: yaml.Node, construct: Any) -> object:
+        text = self.construct_scalar(node)
+        if len(text) > MAX_NUMBER_CHARS:
+            raise _Refused(
+                f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})",
+                node.start_mark,
+            )
+        return construct(self, node)
+
+    def construct_yaml_int(self, node: yaml.Node) -> object:  # noqa: D102
+        return self._bounded_number(node, yaml.SafeLoader.construct_yaml_int)
+
+    def construct_yaml_float(self, node: yaml.Node) -> object:  # noqa: D102
+        return self._bounded_number(node, yaml.SafeLoader.construct_yaml_float)
+
+
+ScenarioLoader.add_constructor("tag:yaml.org,2002:int", ScenarioLoader.construct_yaml_int)
+ScenarioLoader.add_constructor("tag:yaml.org,2002:float", ScenarioLoader.construct_yaml_float)
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class UnreadableFile(OSError):
+    """A path that is not a regular file, or a file over the size limit of what it should be."""
+
+
+def read_bounded(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file at ``path``, refusing anything else without blocking.
+
+    Raises FileNotFoundError, :class:`UnreadableFile` for a directory, FIFO, device or socket,
+    or for a file over ``limit`` bytes (``/dev/zero`` and a FIFO are refused, not read), and
+    OSError for the rest.
+    """
+    # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((k for test, k in _FILE_KINDS if test(info.st_mode)), "not a file")
+            raise UnreadableFile(f"not a regular file ({kind})")
+        if info.st_size > limit:
+            raise UnreadableFile(f"{info.st_size} bytes, over the limit of {limit}")
+        chunks, size = [], 0
+        while size <= limit:  # st_size can understate (/proc): read at most limit + 1 bytes
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise UnreadableFile(f"over the limit of {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def parse_yaml(text: str) -> object:
+    """Parse a scenario document with :class:`ScenarioLoader` (raises yaml.YAMLError)."""
+    loader = ScenarioLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def read_yaml(path: str | Path) -> object:
-    """Read a YAML file; missing files and YAML syntax errors become a ScenarioError."""
+    """Read a scenario YAML file within the bounds of :class:`ScenarioLoader` and
+    MAX_YAML_BYTES; an unreadable file or a YAML error becomes a ScenarioError."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_YAML_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ScenarioError([Problem("", f"file not found: {path}")], str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise ScenarioError([Problem("", f"cannot read {path}: {exc}")], str(path)) from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ScenarioError([Problem("", f"cannot read {path}: {reason}")], str(path)) from None
     try:
-        return yaml.safe_load(text)
+        return parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(
-            [Problem("", f"YAML syntax error at {where}{reason}")], str(path)
-        ) from None
+        reason = str(getattr(exc, "problem", None) or exc)[:200]
+        if isinstance(exc, _Refused):  # well-formed YAML that a scenario file may not use
+            message = f"{where}{reason}"
+        else:
+            message = f"YAML syntax error at {where}{reason}"
+        raise ScenarioError([Problem("", message)], str(path)) from None
     except RecursionError:
         raise ScenarioError([Problem("", "YAML nested too deeply")], str(path)) from None
+    except Exception as exc:  # noqa: BLE001 - a tagged scalar SafeLoader fails to build
+        # (`!!int` with no digits, `!!timestamp 2001-13-45`): a problem, not a traceback
+        reason = f"{type(exc).__name__}: {exc}"[:200]
+        raise ScenarioError(
+            [Problem("", f"YAML value cannot be built: {reason}")], str(path)
+        ) from None
 
 
 def deep_merge(base: Mapping, overrides: Mapping) -> dict:
@@ -352,6 +632,12 @@ def deep_merge(base: Mapping, overrides: Mapping) -> dict:
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+def _shaping_terms(value: object) -> tuple[Any, ...]:
+    from marl.scenarios.shaping import parse_shaping
+
+    return parse_shaping(value)
 
 
 def spec_from_dict(data: Mapping, source: str = "") -> ScenarioSpec:
@@ -388,6 +674,7 @@ def spec_from_dict(data: Mapping, source: str = "") -> ScenarioSpec:
         lenient_actions=bool((data.get("episode") or {}).get("lenient_actions", False)),
         cooperation=float(reward.get("cooperation", 1.0)),
         malformed_penalty=float(reward.get("malformed_penalty", -0.1)),
+        shaping=_shaping_terms(reward.get("shaping")),
         system_prompt=data.get("system_prompt", ""),
         params=params,
         source=source,
