@@ -97,7 +97,7 @@ def test_private_information_reaches_only_its_owner() -> None:
 
 
 def test_inbox_shows_messages_only_to_their_receivers() -> None:
-    env = marl.make("signal")
+    env = marl.make("signal-v0")
     env.reset(seed=0)
     observations, *_ = env.step(
         {"speaker": "SAY: the red star\nACTION: wait", "listener": "SAY: can I talk?\nACTION: 1"}
@@ -108,7 +108,7 @@ def test_inbox_shows_messages_only_to_their_receivers() -> None:
 
 
 def test_observation_and_info_describe_what_the_agent_must_do() -> None:
-    env = marl.make("signal")
+    env = marl.make("signal-v0")
     observations, infos = env.reset(seed=0)
     assert infos["speaker"]["needs_action"] is False and infos["listener"]["needs_action"] is False
     assert infos["speaker"]["neighbours"] == ["listener"] and infos["listener"]["neighbours"] == []

@@ -6,7 +6,7 @@ import marl
 
 
 def _listener_return(lenient: bool, reply: str) -> tuple[float, int]:
-    env = marl.make("signal", episode={"lenient_actions": lenient})
+    env = marl.make("signal-v0", episode={"lenient_actions": lenient})
     env.reset(seed=0)
     target = env.rules.target + 1
     env.step({"speaker": "SAY: hello", "listener": "ACTION: wait"})
@@ -29,7 +29,7 @@ def test_validate_rejects_a_non_boolean_lenient_flag() -> None:
     from marl.scenarios import validate_scenario
     from marl.scenarios.registry import load_document
 
-    data, _ = load_document("signal")
+    data, _ = load_document("signal-v0")
     data["episode"]["lenient_actions"] = "yes"
     assert [str(p) for p in validate_scenario(data)] == [
         "episode.lenient_actions: must be true or false"

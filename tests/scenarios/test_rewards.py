@@ -124,14 +124,14 @@ def pick(env: TextScenarioEnv, seed: int, index: int | str) -> dict[str, float]:
     ],
 )
 def test_signal_partial_credit(partial: bool, overlap: int, expected: float) -> None:
-    env = marl.make("signal", params={"partial_credit": partial})
+    env = marl.make("signal-v0", params={"partial_credit": partial})
     seed, wrong = find_episode(env, overlap)
     assert pick(env, seed, wrong) == {"speaker": expected, "listener": expected}
     assert pick(env, seed, env.rules.target) == {"speaker": 1.0, "listener": 1.0}
 
 
 def test_signal_invalid_pick_scores_zero_and_penalises_the_listener() -> None:
-    env = marl.make("signal")
+    env = marl.make("signal-v0")
     rewards = pick(env, 0, "ACTION: 9")
     assert rewards == pytest.approx({"speaker": 0.0, "listener": -0.1})
     assert env.malformed == {"speaker": 0, "listener": 1}

@@ -299,23 +299,23 @@ def test_deep_merge_does_not_mutate_its_inputs() -> None:
 
 
 def test_names_resolve_to_the_latest_version(tmp_path: Path) -> None:
-    assert resolve_name("signal") == "signal-v0" and resolve_name("signal-v0") == "signal-v0"
-    assert marl.make("signal").spec.name == "signal-v0"
+    assert resolve_name("signal") == "signal-v1" and resolve_name("signal-v0") == "signal-v0"
+    assert marl.make("signal").spec.name == "signal-v1"
     from marl.scenarios.registry import SCENARIOS, register_scenario
 
-    for version in (1, 10):
+    for version in (2, 10):
         doc = yaml.safe_load((BUILTIN_DIR / "signal.yaml").read_text())
         doc["name"] = f"signal-v{version}"
         (tmp_path / f"signal{version}.yaml").write_text(yaml.safe_dump(doc))
     try:
-        register_scenario(tmp_path / "signal1.yaml")
+        register_scenario(tmp_path / "signal2.yaml")
         register_scenario(tmp_path / "signal10.yaml")
         assert resolve_name("signal") == "signal-v10", "versions compare as numbers"
         assert marl.make("signal-v0").spec.name == "signal-v0"
         with pytest.raises(ValueError, match="already registered"):
             register_scenario(_copy_as(tmp_path))
     finally:
-        SCENARIOS.pop("signal-v1", None)
+        SCENARIOS.pop("signal-v2", None)
         SCENARIOS.pop("signal-v10", None)
     with pytest.raises(ScenarioError, match="unknown scenario 'nope'; known: public-goods-v0"):
         marl.make("nope")
