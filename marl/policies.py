@@ -71,12 +71,6 @@ def learner_settings(
     )
 
 
-def build_learner(config: Config, backend: PolicyBackend) -> Learner:
-    """A learner that trains the backend's own model in place (colocated, one process)."""
-    pad = backend.tokenizer.pad_token_id or 0
-    return Learner(backend.model, learner_settings(config), pad_token_id=pad, seed=config.seed)
-
-
 def peft_lora_config(settings: LoraSettings) -> Any:
     """The peft ``LoraConfig`` of a policy's LoRA settings."""
     from peft import LoraConfig

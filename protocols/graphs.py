@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import networkx as nx
 
@@ -37,7 +37,6 @@ class GraphSpec:
     p: float = 0.5
     seed: int | None = None
     rewire_every: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def register_topology(name: str) -> Callable[[TopologyFn], TopologyFn]:

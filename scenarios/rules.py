@@ -12,7 +12,7 @@ import dataclasses
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from marl.scenarios.spec import Problem
 
@@ -21,10 +21,13 @@ RULES: dict[str, type[Rules]] = {}
 
 @dataclass(frozen=True)
 class ScenarioInfo:
-    """What a scenario is, declared as data (STYLE.md habit 2)."""
+    """What a scenario is, declared as data that the environment reads.
 
-    turn_structure: Literal["simultaneous", "sequential"] = "simultaneous"
-    reward_model: Literal["cooperative", "mixed", "competitive"] = "cooperative"
+    Who acts in which round is the rules' ``needs_action``, and how team and individual payoffs
+    mix is the YAML's ``reward.cooperation``; neither is declared here, so a declaration cannot
+    disagree with the behaviour.
+    """
+
     min_agents: int = 2
     max_agents: int = 16
     default_topology: str = "complete"

@@ -30,8 +30,6 @@ class PublicGoodsRules(Rules):
     """Contribute to a multiplied common pot; talk is free and not binding."""
 
     info = ScenarioInfo(
-        turn_structure="simultaneous",
-        reward_model="mixed",
         min_agents=2,
         max_agents=16,
         default_topology="complete",

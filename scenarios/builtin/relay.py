@@ -29,8 +29,6 @@ class RelayRules(Rules):
     """Combine one digit per agent into the code; only the reporter answers."""
 
     info = ScenarioInfo(
-        turn_structure="simultaneous",
-        reward_model="cooperative",
         min_agents=2,
         max_agents=12,
         default_topology="line",

@@ -35,8 +35,6 @@ class SignalRules(Rules):
     """A speaker describes a target; a listener picks it from candidates."""
 
     info = ScenarioInfo(
-        turn_structure="sequential",
-        reward_model="cooperative",
         min_agents=2,
         max_agents=2,
         default_topology="explicit",

@@ -51,8 +51,6 @@ class SpotlightRules(Rules):
     """Only the scout's message can help the decider; the reward is shared by everyone."""
 
     info = ScenarioInfo(
-        turn_structure="sequential",
-        reward_model="cooperative",
         min_agents=2,
         max_agents=12,
         default_topology="complete",

@@ -33,8 +33,6 @@ class UnisonRules(Rules):
     """Write as much of your target character as you can."""
 
     info = ScenarioInfo(
-        turn_structure="simultaneous",
-        reward_model="cooperative",
         min_agents=1,
         max_agents=16,
         default_topology="complete",
