@@ -205,11 +205,26 @@ def _describe(hint: object) -> str:
 
 
 def _param_type_problems(params_cls: type, params: Mapping) -> list[Problem]:
-    """``params.<key>`` values whose type does not match the rules' ``Params`` annotation."""
+    """``params.<key>`` values whose type does not match the rules' ``Params`` annotation.
+
+    An annotation that cannot be resolved (a name that exists only under ``TYPE_CHECKING``, or
+    a typo) is a problem of the rules, reported here rather than skipped: the values given
+    could not be checked.
+    """
     try:
         hints = typing.get_type_hints(params_cls)
-    except Exception:  # noqa: BLE001 - an unresolvable annotation: leave it to check_params
-        return []
+    except Exception as exc:  # noqa: BLE001 - any failure to evaluate an annotation
+        if not params:
+            return []  # nothing to check
+        owner = getattr(params_cls, "__qualname__", repr(params_cls))
+        return [
+            Problem(
+                "params",
+                f"cannot check the values: the annotations of {owner} do not resolve "
+                f"({type(exc).__name__}: {exc}); annotate with names the rules module "
+                "defines or imports at its top level",
+            )
+        ]
     problems = []
     for key, value in params.items():
         hint = hints.get(key) if isinstance(key, str) else None
