@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from marl.agents.backends.base import backend_names
+from marl.credit.advantages import list_advantages
 from marl.credit.registry import CreditConfig
 
 
@@ -170,8 +171,10 @@ class SamplingSettings:
 class AlgoConfig:
     """The policy-gradient update.
 
-    advantage:   group-relative estimator: ``grpo`` ((r - mean) / std, Shao et al. 2024),
-                 ``dr_grpo`` (r - mean, Liu et al. 2025) or ``rloo`` (leave-one-out).
+    advantage:   group-relative estimator, a name in the advantage registry
+                 (``marl.credit.advantages.register_advantage``); built in: ``grpo``
+                 ((r - mean) / std, Shao et al. 2024), ``dr_grpo`` (r - mean, Liu et al. 2025)
+                 and ``rloo`` (leave-one-out).
     level:       importance ratio per ``token`` (GRPO/PPO) or per ``sequence`` (GSPO, Zheng et
                  al. 2025).
     aggregation: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO).
@@ -203,7 +206,11 @@ class AlgoConfig:
     max_nonfinite_updates: int = 3
 
     def __post_init__(self) -> None:
-        _choice("algo.advantage", self.advantage, ("grpo", "dr_grpo", "rloo"))
+        if self.advantage not in list_advantages():
+            raise ConfigError(
+                f"algo.advantage: unknown advantage estimator {self.advantage!r}; known: "
+                f"{', '.join(list_advantages())}"
+            )
         _choice("algo.level", self.level, ("token", "sequence"))
         _choice("algo.aggregation", self.aggregation, ("seq_mean", "token_mean", "constant"))
         _positive("algo.clip_eps", self.clip_eps)
