@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -132,7 +132,6 @@ class RayRuntime:
         self.restarts = 0  # rollout workers replaced so far
         self._pg = None
         self._weights: dict[str, Any] = {}  # policy id -> object ref of its newest weights
-        self.sync_bytes = 0
         s = self.settings
         reserved = self._workers_wanted() * s.worker_num_gpus
         declared = s.num_gpus is not None and not s.address and not ray.is_initialized()
@@ -234,7 +233,7 @@ class RayRuntime:
         """A new actor in place of worker ``index``, holding the current weights."""
         try:
             ray.kill(self.workers[index], no_restart=True)
-        except Exception:  # noqa: BLE001 - it is gone already
+        except RayError:  # the actor died: its handle may refuse the kill; anything else raises
             pass
         self.restarts += 1
         worker = self._new_worker(index)
@@ -325,13 +324,13 @@ class RayRuntime:
         for actor in [*self.workers, *self.learners.values()]:
             try:
                 ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already dead
+            except RayError:  # already dead, or Ray already stopped; anything else raises
                 pass
         self.workers, self.learners = [], {}
         if self._pg is not None:
             try:
                 remove_placement_group(self._pg)
-            except Exception:  # noqa: BLE001 - the cluster may be gone
+            except RayError:  # the cluster is gone (RaySystemError); anything else raises
                 pass
             self._pg = None
         if self._started and ray.is_initialized():
