@@ -30,7 +30,7 @@ formulas, estimators and references are in ``docs/emergence.md``; in short:
 The pure functions take plain data (:class:`TalkTurn` lists, counters, recorded episodes);
 :func:`emergence_metrics` computes everything from a list of finished environments, and
 :class:`EmergenceTracker` keeps what ``marl train`` needs between steps (previous words, the last
-influence values) so that every tag is logged at every step (STYLE.md habit 14).
+influence values) so that every tag is logged at every step, zeros included.
 """
 
 from __future__ import annotations

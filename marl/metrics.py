@@ -9,7 +9,8 @@ from marl.rollout import RolloutResult
 
 
 def rollout_metrics(rollout: RolloutResult) -> dict[str, float]:
-    """Namespaced scalars of one iteration's rollout (STYLE.md habit 10)."""
+    """Scalars of one iteration's rollout, tags namespaced by subject (``agents/<id>/...``,
+    ``team/...``, ``policies/<id>/...``, ``comm/...``)."""
     out: dict[str, float] = {}
     per_agent_returns: dict[str, list[float]] = defaultdict(list)
     for returns in rollout.returns:
