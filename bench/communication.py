@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +52,52 @@ def condition_args(name: str, warmup_steps: int) -> list[str]:
         "format_warmup_rl": [*warm, "warmup.bot=format", "warmup.agents=[]"],
         "rule_warmup": [*warm, "warmup.bot=rule", "warmup.agents=[]"],
     }[name]
+
+
+def marl_train(run_dir: Path, overrides: list[str], threads: int) -> None:
+    """``marl train --config-name demo <overrides>`` in a subprocess; exits on failure."""
+    cmd = [str(ROOT / ".venv/bin/marl"), "train", "--config-name", "demo", *overrides]
+    print(f"  $ marl {' '.join(cmd[1:])}", flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
+        raise SystemExit(f"marl train failed in {run_dir} (rc {proc.returncode})")
+
+
+def held_out(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
+    """Success on ``--eval-episodes`` unseen scenarios before RL (after the warm-up, if any:
+    a run with ``train.steps=0``) and after it (the run's final checkpoint, resumed with
+    nothing left to train). The evaluation's own logs go to ``<run>/eval_*``."""
+    run_dir = out / name / f"seed{seed}"
+    common = [
+        f"seed={seed}",
+        f"train.eval_episodes={args.eval_episodes}",
+        "logging.progress=false",
+        *condition_args(name, args.warmup_steps),
+        *args.extra,
+    ]
+    marl_train(
+        run_dir, [*common, "train.steps=0", f"hydra.run.dir={run_dir / 'eval_start'}"], args.threads
+    )
+    marl_train(
+        run_dir,
+        [
+            *common,
+            f"train.steps={args.steps}",
+            f"resume={run_dir / 'checkpoints'}",
+            f"hydra.run.dir={run_dir / 'eval_end'}",
+        ],
+        args.threads,
+    )
+    result = {}
+    for label in ("start", "end"):
+        curves = read_scalars(run_dir / f"eval_{label}" / "tensorboard")
+        result[f"eval_{label}"] = curves.get("eval/success", [float("nan")])[-1]
+    if not args.keep_checkpoints:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # 3.7 GB a run
+    print(f"[{name} seed {seed}] held-out success {result}", flush=True)
+    return result
 
 
 def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
@@ -79,6 +126,8 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
         raise SystemExit(f"run {name} seed {seed} failed (rc {proc.returncode})")
     curves = read_scalars(run_dir / "tensorboard")
     curves["wall_s"] = time.time() - began
+    if args.eval_episodes:
+        curves.update(held_out(name, seed, args, out))
     print(
         f"[{name} seed {seed}] {curves['wall_s']:.0f} s; success per step "
         f"{[round(v, 2) for v in curves.get(SUCCESS, [])]}",
@@ -114,7 +163,7 @@ def wilson(successes: float, n: int) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-def summarise(results: dict, episodes_per_step: int, last: int) -> dict:
+def summarise(results: dict, episodes_per_step: int, last: int, eval_episodes: int = 64) -> dict:
     """Start and end of each condition's curves, over seeds."""
     table = {}
     for name, runs in results.items():
@@ -132,6 +181,12 @@ def summarise(results: dict, episodes_per_step: int, last: int) -> dict:
                 vals = [fmean(pick(r[tag])) for r in runs if r.get(tag)]
                 if vals:
                     row[f"{key}_{label}"], row[f"{key}_{label}_ci"] = interval(vals)
+        for label in ("start", "end"):
+            values = [r[f"eval_{label}"] for r in runs if f"eval_{label}" in r]
+            if values:
+                row[f"eval_{label}"], row[f"eval_{label}_ci"] = interval(values)
+                n = eval_episodes * len(values)
+                row[f"eval_{label}_wilson"] = wilson(fmean(values) * n, n)
         row["seeds"] = len(runs)
         row["wall_s"] = fmean(r["wall_s"] for r in runs)
         table[name] = row
@@ -146,18 +201,24 @@ def markdown(table: dict) -> str:
             return "-"
         return f"{row[key]:.2f} ± {row.get(key + '_ci', 0.0):.2f}"
 
+    def pooled(row: dict, key: str) -> str:
+        if key not in row:
+            return "-"
+        lo, hi = row[key]
+        return f"[{lo:.2f}, {hi:.2f}]"
+
     lines = [
-        "| condition | seeds | success start | success end | end, pooled 95% | speaker MI end "
-        "(bits) | influence end | listener parse failures end | s/run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| condition | seeds | held-out success before RL | held-out success after RL | "
+        "after, pooled 95% | training success first step | training success last 3 | "
+        "speaker MI end (bits) | influence end | s/run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in table.items():
-        lo, hi = row.get("success_end_wilson", (0.0, 0.0))
         lines.append(
-            f"| {name} | {row['seeds']} | {cell(row, 'success_start')} | "
-            f"{cell(row, 'success_end')} | [{lo:.2f}, {hi:.2f}] | {cell(row, 'mi_end')} | "
-            f"{cell(row, 'influence_end')} | {cell(row, 'listener_pf_end')} | "
-            f"{row['wall_s']:.0f} |"
+            f"| {name} | {row['seeds']} | {cell(row, 'eval_start')} | {cell(row, 'eval_end')} | "
+            f"{pooled(row, 'eval_end_wilson')} | {cell(row, 'success_start')} | "
+            f"{cell(row, 'success_end')} | {cell(row, 'mi_end')} | "
+            f"{cell(row, 'influence_end')} | {row['wall_s']:.0f} |"
         )
     return "\n".join(lines)
 
@@ -182,9 +243,7 @@ def plot(results: dict, path: Path) -> None:
             stats = [interval([c[i] for c in curves]) for i in range(length)]
             means = [m for m, _ in stats]
             ax.plot(steps, means, label=name)
-            ax.fill_between(
-                steps, [m - h for m, h in stats], [m + h for m, h in stats], alpha=0.2
-            )
+            ax.fill_between(steps, [m - h for m, h in stats], [m + h for m, h in stats], alpha=0.2)
         if tag == SUCCESS:
             ax.axhline(0.25, color="grey", linestyle=":", label="chance")
         ax.set_title(title)
@@ -204,17 +263,30 @@ def main() -> None:
     parser.add_argument("--last", type=int, default=3, help="steps averaged for the end value")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "bench/results/communication"))
+    parser.add_argument("--eval-episodes", type=int, default=64, help="held-out scenarios")
+    parser.add_argument("--keep-checkpoints", action="store_true")
+    parser.add_argument(
+        "--eval-only", action="store_true", help="evaluate the runs already under --out"
+    )
     parser.add_argument("extra", nargs="*", help="more marl train overrides for every run")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {name: [] for name in args.conditions}
-    for seed in args.seeds:  # seed-major: a partial experiment still covers every condition
+    if args.eval_only:
+        saved = json.loads((out / "curves.json").read_text())
         for name in args.conditions:
+            for seed, curves in zip(args.seeds, saved[name]):
+                if "eval_end" not in curves:
+                    curves.update(held_out(name, seed, args, out))
+                results[name].append(curves)
+                (out / "curves.json").write_text(json.dumps({**saved, **results}))
+    for seed in [] if args.eval_only else args.seeds:  # seed-major: a partial experiment
+        for name in args.conditions:  # still covers every condition
             results[name].append(run(name, seed, args, out))
             (out / "curves.json").write_text(json.dumps(results))
     episodes = 16  # configs/demo.yaml: seeds_per_step x group_size
-    table = summarise(results, episodes, args.last)
+    table = summarise(results, episodes, args.last, args.eval_episodes)
     load = os.getloadavg()
     text = markdown(table)
     print(text)

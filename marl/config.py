@@ -229,18 +229,28 @@ class AlgoConfig:
 class TrainSettings:
     """The training loop. Each step plays ``seeds_per_step`` scenario seeds x ``group_size``
     episodes (the GRPO group); ``checkpoint_every`` steps (0 = only at the end) a checkpoint is
-    written under ``<run dir>/checkpoints``."""
+    written under ``<run dir>/checkpoints``.
+
+    eval_episodes: held-out scenarios played (one episode each, no update) before the first
+                   update, after the last and every ``eval_every`` updates (0 = no evaluation).
+                   The same seeds every time, never used for training; ``eval/*`` tags.
+    eval_every:    updates between evaluations (0 = only at the start and the end).
+    """
 
     steps: int = 20
     seeds_per_step: int = 2
     group_size: int = 4
     checkpoint_every: int = 0
+    eval_episodes: int = 0
+    eval_every: int = 0
 
     def __post_init__(self) -> None:
         _positive("train.steps", self.steps, allow_zero=True)
         _positive("train.seeds_per_step", self.seeds_per_step)
         _positive("train.group_size", self.group_size)
         _positive("train.checkpoint_every", self.checkpoint_every, allow_zero=True)
+        _positive("train.eval_episodes", self.eval_episodes, allow_zero=True)
+        _positive("train.eval_every", self.eval_every, allow_zero=True)
 
 
 @dataclass

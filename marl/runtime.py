@@ -33,6 +33,10 @@ class Runtime(Protocol):
         """One update of every trainable policy on its own agents' turns; metrics per policy."""
         ...
 
+    def evaluate(self, episodes: int, step: int) -> RolloutResult:
+        """Play ``episodes`` held-out scenarios with the current weights (no update)."""
+        ...
+
     def sync(self) -> None:
         """Make every rollout worker hold every policy's newest weights."""
         ...
@@ -110,6 +114,10 @@ class LocalRuntime:
     def rollout(self, step: int) -> RolloutResult:
         """Play every group of ``step`` in this process (one batched call per round)."""
         return self.worker.rollout(step, range(self.config.train.seeds_per_step))
+
+    def evaluate(self, episodes: int, step: int) -> RolloutResult:
+        """The held-out evaluation, in this process."""
+        return self.worker.evaluate(episodes, step)
 
     def update(self, turns: Sequence[Any]) -> dict[str, dict[str, float]]:
         """Each trainable policy on its agents' turns, one after another."""

@@ -14,7 +14,11 @@ from statistics import fmean, stdev
 
 SUCCESS = "team/success"
 REWARD = "team/reward"
+EVAL_SUCCESS = "eval/success"
+EVAL_REWARD = "eval/reward"
+EVAL_EPISODES = "eval/episodes"
 MI_SUFFIX = "/speaker_mi_words"
+RATE_SUFFIX = "/message_rate"
 INFLUENCE_SUFFIX = "/influence_action"
 
 
@@ -39,7 +43,8 @@ class RunSummary:
     def add(self, step: int, metrics: dict[str, float]) -> None:
         """Keep this iteration's headline metrics."""
         for key, value in metrics.items():
-            if key in (SUCCESS, REWARD) or key.endswith((MI_SUFFIX, INFLUENCE_SUFFIX)):
+            headline = (SUCCESS, REWARD, EVAL_SUCCESS, EVAL_REWARD, EVAL_EPISODES)
+            if key in headline or key.endswith((MI_SUFFIX, INFLUENCE_SUFFIX, RATE_SUFFIX)):
                 self.history[key].append((step, float(value)))
 
     def _ends(self, key: str) -> tuple[float, float, int]:
@@ -50,6 +55,16 @@ class RunSummary:
     def lines(self) -> list[str]:
         """Human-readable lines: success and reward at the start and the end, speaker MI."""
         out = []
+        if self.history.get(EVAL_SUCCESS):
+            (s0, first), (s1, final) = self.history[EVAL_SUCCESS][0], self.history[EVAL_SUCCESS][-1]
+            n = int(self.history[EVAL_EPISODES][-1][1])
+            lo0, hi0 = wilson(first, n)
+            lo1, hi1 = wilson(final, n)
+            head = f"held-out success ({n} unseen scenarios): after {s0} updates {first:.2f} "
+            head += f"[{lo0:.2f}, {hi0:.2f}]"
+            if len(self.history[EVAL_SUCCESS]) > 1:
+                head += f" -> after {s1} updates {final:.2f} [{lo1:.2f}, {hi1:.2f}]"
+            out.append(head + " (95% Wilson intervals)")
         if self.history.get(SUCCESS):
             start, end, k = self._ends(SUCCESS)
             lo0, hi0 = wilson(start, self.episodes)
@@ -69,6 +84,9 @@ class RunSummary:
             if key.endswith(MI_SUFFIX) and "/edges/" not in key:
                 start, end, _ = self._ends(key)
                 agent = key.split("/")[1]
+                rate = self.history.get(f"emergence/{agent}{RATE_SUFFIX}", [])
+                if rate and not any(v > 0 for _, v in rate):
+                    continue  # an agent that never had anyone to talk to signals nothing
                 out.append(f"speaker MI ({agent}, words): start {start:.2f} -> end {end:.2f} bits")
             if key.endswith(INFLUENCE_SUFFIX) and "/edges/" in key:
                 start, end, _ = self._ends(key)
@@ -78,7 +96,7 @@ class RunSummary:
 
     def plot(self, path: Path) -> Path | None:
         """A PNG of success (or reward), speaker MI and influence per iteration."""
-        keys = [k for k in (SUCCESS, REWARD) if self.history.get(k)][:1]
+        keys = [k for k in (EVAL_SUCCESS, SUCCESS, REWARD) if self.history.get(k)][:2]
         keys += sorted(k for k in self.history if k.endswith(MI_SUFFIX) and "/edges/" not in k)
         keys += sorted(k for k in self.history if k.endswith(INFLUENCE_SUFFIX) and "/edges/" in k)
         if not keys:
@@ -93,8 +111,11 @@ class RunSummary:
             steps = [s for s, _ in self.history[key]]
             values = [v for _, v in self.history[key]]
             ax.plot(steps, values, marker="o")
-            if key == SUCCESS:
-                bands = [wilson(v, self.episodes) for v in values]
+            if key in (SUCCESS, EVAL_SUCCESS):
+                n = self.episodes
+                if key == EVAL_SUCCESS:
+                    n = int(self.history[EVAL_EPISODES][-1][1])
+                bands = [wilson(v, n) for v in values]
                 ax.fill_between(steps, [b[0] for b in bands], [b[1] for b in bands], alpha=0.2)
                 ax.set_ylim(0, 1)
             ax.set_title(key)

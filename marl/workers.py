@@ -26,6 +26,12 @@ def step_seeds(seed: int, step: int, count: int) -> list[int]:
     return [rng.randrange(2**31) for _ in range(count)]
 
 
+def eval_seeds(seed: int, count: int) -> list[int]:
+    """The held-out evaluation's scenario seeds: one stream, disjoint from training's by name."""
+    rng = random.Random(f"{seed}:eval:scenario")
+    return [rng.randrange(2**31) for _ in range(count)]
+
+
 def split_groups(groups: int, workers: int) -> list[list[int]]:
     """Deal ``groups`` group indices to at most ``workers`` workers, in contiguous blocks."""
     workers = max(1, min(workers, groups))
@@ -66,6 +72,7 @@ class RolloutWorker:
         self.plan = plan
         self.index = index
         self.envs: dict[int, Any] = {}  # episode id -> its environment, reused every step
+        self.eval_envs: dict[int, Any] = {}  # the held-out evaluation's environments
         self.policies = None
         self._credit_generate = None
         if config.agents == "llm":
@@ -105,6 +112,36 @@ class RolloutWorker:
 
         slots = self.slots(step, groups)
         seed = self.config.seed * 1_000_003 + step
+        if self.policies is None:
+            return scripted_episodes(slots, self.config.bot, seed)
+        from marl.policies import sampling_config
+
+        assert self.plan is not None
+        return run_episodes(
+            slots,
+            self.policies.backends,
+            self.plan.policy_of,
+            sampling_config(self.config),
+            seed,
+            response_prefix=self.config.sampling.response_prefix,
+        )
+
+    def evaluate(self, episodes: int, step: int) -> RolloutResult:
+        """Play ``episodes`` held-out scenarios, one episode each (no update follows); the same
+        seeds at every evaluation of a run, so evaluations compare like with like."""
+        from marl.rollout import run_episodes
+
+        seeds = eval_seeds(self.config.seed, episodes)
+        slots = []
+        for k, scenario_seed in enumerate(seeds):
+            if k not in self.eval_envs:
+                self.eval_envs[k] = make(
+                    self.config.scenario.name, **self.config.scenario.overrides
+                )
+            slots.append(
+                EpisodeSlot(env=self.eval_envs[k], seed=scenario_seed, group_id=k, episode_id=k)
+            )
+        seed = self.config.seed * 1_000_003 + 500_009 + step
         if self.policies is None:
             return scripted_episodes(slots, self.config.bot, seed)
         from marl.policies import sampling_config
