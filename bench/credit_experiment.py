@@ -438,7 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if team_runs:
                 from marl.checkpoint import load_checkpoint
 
-                weights = load_checkpoint(Path(team_runs[0]["run_dir"]) / "checkpoints")["model"]
+                state = load_checkpoint(Path(team_runs[0]["run_dir"]) / "checkpoints")
+                weights = state["policies"]["shared"]["weights"]
                 probes[setting]["trained (team run)"] = probe_advantages(weights, setting, args)
     finally:
         if work_ctx is not None:

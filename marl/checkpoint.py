@@ -377,8 +377,6 @@ def check_state(state: object, source: str | Path, manifest_step: int | None = N
         raise fail("rng must hold the python, numpy and torch generator states")
     _check_rng(rng, fail)
     policies = state.get("policies")
-    if policies is None and {"model", "learner"} <= set(state):
-        policies = {"shared": {"weights": state["model"], "learner": state["learner"]}}
     if not isinstance(policies, dict) or not policies:
         raise fail("holds no policy states")
     for pid, policy in policies.items():

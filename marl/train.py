@@ -1,5 +1,6 @@
 """``marl train``: the driver. One iteration is rollout -> credit -> update -> sync -> log ->
-checkpoint; each phase is a function or a runtime method (STYLE.md habit 9).
+checkpoint; each phase is a function or a runtime method, and no phase reaches into another's
+internals.
 
 Policies come from ``sharing`` / ``policies`` / ``policy_map`` (:mod:`marl.policy_map`), checked
 against the scenario's agents before anything is built. The phases run in this process
@@ -21,6 +22,7 @@ from marl.config import Config, ConfigError, load_config
 from marl.credit import is_counterfactual
 from marl.credit_phase import credit_phase, make_engine, mean_influence
 from marl.emergence import tracker_for
+from marl.evaluation import due, evaluation_metrics
 from marl.metrics import rollout_metrics
 from marl.outcomes import episode_bonuses, outcome_metrics
 from marl.policy_map import PolicyPlan, assign_gpus, plan_for
@@ -106,18 +108,8 @@ def _check_warmup(config: Config) -> None:
 
 
 def policy_states(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per-policy learner states of a checkpoint (single-policy checkpoints of earlier versions
-    held one ``model`` and one ``learner``)."""
-    if "policies" in state:
-        return state["policies"]
-    return {
-        "shared": {
-            "kind": "full",
-            "weights": state["model"],
-            "learner": state["learner"],
-            "version": int(state.get("step", 0)),
-        }
-    }
+    """Per-policy learner states of a checkpoint: policy id -> weights, learner state, version."""
+    return state["policies"]
 
 
 def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str, float]:
@@ -172,6 +164,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             )
             runtime.sync()
         progress = _progress(start, t.steps, config.logging.progress)
+        _evaluate(runtime, config, start, logger, summary)
         for step in range(start, t.steps):
             began = time.perf_counter()
             rollout = runtime.rollout(step)
@@ -208,6 +201,8 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             logger.scalars(metrics, step + 1)
             summary.add(step + 1, metrics)
             _log_samples(logger, config, rollout, credit_result, step)
+            if due(step + 1, t.steps, t.eval_every):
+                _evaluate(runtime, config, step + 1, logger, summary)
             last = step + 1 == t.steps
             if last or (t.checkpoint_every and (step + 1) % t.checkpoint_every == 0):
                 state = {
@@ -231,6 +226,19 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         print(f"curves: {png}")
     print(f"tensorboard logs: {run_dir / 'tensorboard'}  (view: tensorboard --logdir {run_dir})")
     return metrics
+
+
+def _evaluate(
+    runtime: Runtime, config: Config, updates_done: int, logger: TensorBoardLogger, summary: Any
+) -> None:
+    """The held-out evaluation (``train.eval_episodes``), logged at ``updates_done``."""
+    if not config.train.eval_episodes:
+        return
+    began = time.perf_counter()
+    metrics = evaluation_metrics(runtime.evaluate(config.train.eval_episodes, updates_done))
+    metrics["perf/eval_time"] = time.perf_counter() - began
+    logger.scalars(metrics, updates_done)
+    summary.add(updates_done, metrics)
 
 
 def _policy_metrics(updates: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -261,17 +269,12 @@ def _log_samples(
 def _checkpoint(config: Config, runtime: Runtime, step: int) -> dict[str, Any]:
     policies = runtime.state()
     _refuse_nonfinite(policies, step)
-    state: dict[str, Any] = {
+    return {
         "policies": policies,
         "rng": rng_states(),
         "step": step,
         "config": asdict(config),
     }
-    if len(policies) == 1:  # single-policy runs: the weights also under "model", as before
-        (only,) = policies.values()
-        if only["kind"] == "full":
-            state["model"] = only["weights"]
-    return state
 
 
 def _refuse_nonfinite(policies: dict[str, dict[str, Any]], step: int) -> None:

@@ -44,7 +44,7 @@ def test_two_steps_change_parameters_and_keep_loss_finite(tmp_path: Path) -> Non
     assert math.isfinite(metrics["policies/shared/loss"])
     assert metrics["policies/shared/trained_turns"] > 0
     initial, _ = load_model(ModelSpec(kind="tiny"))
-    trained = load_checkpoint(tmp_path / "checkpoints")["model"]
+    trained = load_checkpoint(tmp_path / "checkpoints")["policies"]["shared"]["weights"]
     changed = [
         name for name, p in initial.state_dict().items() if not torch.equal(p, trained[name])
     ]
