@@ -21,12 +21,17 @@ The trainer's process is the driver. It calls coarse methods on the actors:
 
 ``ray.address`` joins an existing cluster; otherwise a local one is started with
 ``ray.num_cpus`` / ``ray.num_gpus`` (logical GPUs on a CPU machine are enough to test placement)
-and shut down by :meth:`RayRuntime.close`.
+and shut down by :meth:`RayRuntime.close`. Before any actor is requested, the learners' bundles
+and the workers' requests are checked against the cluster's nodes (:func:`can_place`): a run
+that could never be placed, such as the ``cluster`` preset's 4 CPUs per learner on a 2-CPU head,
+fails at once with the numbers and the keys to change, instead of waiting for a timeout. (The
+check sees the nodes that are up when the run starts: on an autoscaling cluster, start the
+nodes the run needs first.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +117,76 @@ def cluster_gpus() -> tuple[float, float]:
     return float(sum(per_node)), float(max(per_node, default=0.0))
 
 
+Resources = Mapping[str, float]
+_EPS = 1e-6  # Ray counts resources in units of 1e-4
+
+
+class _GaveUp(Exception):
+    """The placement search took too many steps."""
+
+
+def can_place(
+    learners: Sequence[Resources],
+    strategy: str,
+    workers: Sequence[Resources],
+    nodes: Sequence[Resources],
+    max_steps: int = 100_000,
+) -> bool | None:
+    """Whether the learners' bundles and the workers' requests fit the ``nodes`` all at once.
+
+    ``nodes`` holds each live node's total resources: the question is whether the run could
+    ever be placed, not whether it fits what is free now. ``strategy`` constrains the learners'
+    placement group: ``STRICT_PACK`` puts every bundle on one node, ``STRICT_SPREAD`` each on its
+    own node; ``PACK`` and ``SPREAD`` are best-effort and may use any node. Workers go anywhere.
+    Exact (backtracking bin packing); ``None`` when the search gave up after ``max_steps``.
+    """
+    items: list[tuple[Resources, bool]] = []  # (demand, must be on a node of its own)
+    if strategy == "STRICT_PACK" and learners:
+        keys = {k for b in learners for k in b}
+        items.append(({k: sum(b.get(k, 0.0) for b in learners) for k in keys}, False))
+    else:
+        items += [(b, strategy == "STRICT_SPREAD") for b in learners]
+    items += [(w, False) for w in workers]
+    items.sort(key=lambda item: -sum(item[0].values()))  # biggest first: fails fastest
+    free = [dict(node) for node in nodes]
+    steps = 0
+
+    def place(k: int, spread_nodes: frozenset[int]) -> bool:
+        nonlocal steps
+        steps += 1
+        if steps > max_steps:
+            raise _GaveUp
+        if k == len(items):
+            return True
+        demand, alone = items[k]
+        for j, node in enumerate(free):
+            if alone and j in spread_nodes:
+                continue
+            if any(node.get(r, 0.0) + _EPS < v for r, v in demand.items() if v > 0):
+                continue
+            for r, v in demand.items():
+                node[r] = node.get(r, 0.0) - v
+            if place(k + 1, spread_nodes | {j} if alone else spread_nodes):
+                return True
+            for r, v in demand.items():
+                node[r] += v
+        return False
+
+    try:
+        return place(0, frozenset())
+    except _GaveUp:
+        return None
+
+
+def cluster_nodes() -> list[dict[str, float]]:
+    """The CPUs and GPUs of every live node of the connected cluster (totals, not free)."""
+    return [
+        {"CPU": float(n["Resources"].get("CPU", 0.0)), "GPU": float(n["Resources"].get("GPU", 0.0))}
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+
+
 @dataclass
 class PendingCalls:
     """Calls submitted to workers and not yet gathered: worker index -> (ref, method, args)."""
@@ -155,10 +230,68 @@ class RayRuntime:
         source = f"the Ray cluster at {s.address}" if s.address else "the Ray cluster"
         if plan is not None:
             self.requests = assign_gpus(plan, total, largest, source=source, reserved=reserved)
+        self._check_fits(source)
+        if plan is not None:
             self._place_learners()
         for index in range(self._workers_wanted()):
             self.workers.append(self._new_worker(index))
         self.sync()
+
+    def _learner_bundles(self) -> list[dict[str, float]]:
+        """One resource bundle per trainable policy, in ``plan.trainable`` order."""
+        if self.plan is None:
+            return []
+        bundles = []
+        for pid in self.plan.trainable:
+            bundle = {"CPU": self.settings.learner_num_cpus}
+            if self.requests[pid] > 0:
+                bundle["GPU"] = self.requests[pid]
+            bundles.append(bundle)
+        return bundles
+
+    def _check_fits(self, source: str) -> None:
+        """Fail at once, with the numbers, when the run could never be placed on the cluster."""
+        s = self.settings
+        learners = self._learner_bundles()
+        n_workers = self._workers_wanted()
+        worker = {"CPU": s.worker_num_cpus, "GPU": s.worker_num_gpus}
+        nodes = cluster_nodes()
+        if can_place(learners, s.placement_strategy, [worker] * n_workers, nodes) is not False:
+            return
+        gpus = sum(b.get("GPU", 0.0) for b in learners) + n_workers * s.worker_num_gpus
+        cpus = len(learners) * s.learner_num_cpus + n_workers * s.worker_num_cpus
+        raise RunError(
+            f"ray: the run can never be placed on {source}: {len(learners)} learner(s) x "
+            f"{s.learner_num_cpus:g} CPU (ray.learner_num_cpus, "
+            f"ray.placement_strategy={s.placement_strategy}) + {n_workers} rollout worker(s) x "
+            f"{s.worker_num_cpus:g} CPU, {s.worker_num_gpus:g} GPU (ray.num_rollout_workers, "
+            f"ray.worker_num_cpus, ray.worker_num_gpus) ask {cpus:g} CPUs and {gpus:g} GPUs, but "
+            f"its {len(nodes)} node(s) have CPUs {[n['CPU'] for n in nodes]} and GPUs "
+            f"{[n['GPU'] for n in nodes]}; {self._suggest(learners, nodes)}"
+        )
+
+    def _suggest(self, learners: list[dict[str, float]], nodes: list[dict[str, float]]) -> str:
+        """Smaller CPU requests that would fit, as overrides (most workers, biggest CPUs)."""
+        s = self.settings
+        learner_cpus = sorted(
+            {c for c in (s.learner_num_cpus, 4, 2, 1, 0.5) if c <= s.learner_num_cpus}
+        )
+        worker_cpus = sorted({c for c in (s.worker_num_cpus, 1, 0.5) if c <= s.worker_num_cpus})
+        for n_workers in range(self._workers_wanted(), 0, -1):
+            for lcpu in reversed(learner_cpus):
+                for wcpu in reversed(worker_cpus):
+                    bundles = [{**b, "CPU": lcpu} for b in learners]
+                    worker = {"CPU": wcpu, "GPU": s.worker_num_gpus}
+                    if can_place(bundles, s.placement_strategy, [worker] * n_workers, nodes):
+                        fix = {
+                            "ray.learner_num_cpus": (lcpu, s.learner_num_cpus),
+                            "ray.num_rollout_workers": (n_workers, self._workers_wanted()),
+                            "ray.worker_num_cpus": (wcpu, s.worker_num_cpus),
+                        }
+                        return "this would fit: " + " ".join(
+                            f"{k}={new:g}" for k, (new, old) in fix.items() if new != old
+                        )
+        return "lower those requests, or add nodes"
 
     def _place_learners(self) -> None:
         s, plan = self.settings, self.plan
@@ -166,12 +299,7 @@ class RayRuntime:
         ids = plan.trainable
         if not ids:
             return
-        bundles = []
-        for pid in ids:
-            bundle = {"CPU": s.learner_num_cpus}
-            if self.requests[pid] > 0:
-                bundle["GPU"] = self.requests[pid]
-            bundles.append(bundle)
+        bundles = self._learner_bundles()
         self._pg = placement_group(bundles, strategy=s.placement_strategy)
         try:
             ray.get(self._pg.ready(), timeout=s.placement_timeout_s)
@@ -274,6 +402,10 @@ class RayRuntime:
         refs = tuple(self._weights.values())
         self._collect(self._submit([(i, "load_many", refs) for i in range(len(self.workers))]))
 
+    def evaluate(self, episodes: int, step: int) -> RolloutResult:
+        """The held-out evaluation on worker 0 (it holds every policy's newest weights)."""
+        return self.call_worker(0, "evaluate", episodes, step)
+
     def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
         """Re-simulation generation on worker 0."""
         return self._collect(self._submit([(0, "credit_generate", (list(requests),))]))[0]
@@ -356,7 +488,9 @@ __all__: list[str] = [
     "PendingCalls",
     "RayRuntime",
     "WorkerActor",
+    "can_place",
     "cluster_gpus",
+    "cluster_nodes",
     "connect",
     "merge_rollouts",
 ]
