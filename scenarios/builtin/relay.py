@@ -92,8 +92,7 @@ class RelayRules(Rules):
         """The reporter writes the digits in order."""
         n = len(self.agents)
         return (
-            f"the full code as {n} digits in order, with no spaces; "
-            "the last round's answer counts."
+            f"the full code as {n} digits in order, with no spaces; the last round's answer counts."
         )
 
     def agent_info(self, agent: str) -> dict[str, Any]:
