@@ -115,6 +115,8 @@ def test_validate_fails_on_each_bad_file_alone(
         assert out and all(line.startswith(f"{path}: ") for line in out.splitlines())
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_validate_prints_one_line_per_problem_and_never_a_traceback(runs: dict) -> None:
     code, out, err = runs["validate_bad"]
     files = runs["files"]
@@ -135,6 +137,8 @@ def test_validate_prints_one_line_per_problem_and_never_a_traceback(runs: dict) 
     assert len(lines) == len(BROKEN_LINES) + len(expected), "one line per problem, nothing else"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_play_prints_the_golden_transcript(runs: dict) -> None:
     code, out, err = runs["play"]
     assert code == 0, err
@@ -142,6 +146,8 @@ def test_play_prints_the_golden_transcript(runs: dict) -> None:
     no_traceback(runs["play"])
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_play_with_an_unknown_scenario_fails_cleanly(runs: dict) -> None:
     code, out, err = runs["play_unknown"]
     assert code != 0

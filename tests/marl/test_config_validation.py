@@ -86,6 +86,7 @@ def test_possible_values_still_load() -> None:
     assert load("logging.transcripts_every=0").logging.transcripts_every == 0
 
 
+@pytest.mark.subprocess
 def test_an_unknown_backend_lists_the_built_in_ones_without_importing_them() -> None:
     assert {"hf", "vllm"} <= set(backend_names())
     with pytest.raises(KeyError, match="known backends: hf, vllm"):
@@ -105,6 +106,8 @@ def test_an_unknown_backend_lists_the_built_in_ones_without_importing_them() -> 
     assert out == ["backend: 'bogus' is not one of hf, vllm", "['marl.agents.backends.base']"]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_command_line_prints_one_line_and_no_traceback(tmp_path) -> None:
     marl = [sys.executable, "-m", "marl.cli"]
     done = subprocess.run(

@@ -23,6 +23,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from marl.train import train
 
+pytestmark = pytest.mark.slow
+
 AGENTS = ["a0", "a1", "a2"]
 FREE_RIDERS = ["a1", "a2"]
 STEPS = 2
@@ -99,6 +101,7 @@ def assert_free_riders_get_no_credit(accumulator: EventAccumulator) -> None:
         assert series(accumulator, f"credit/{agent}/mean") == [0.0] * STEPS, agent
 
 
+@pytest.mark.subprocess
 def test_cli_train_credit_difference(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     marl = Path(sys.executable).with_name("marl")

@@ -284,6 +284,8 @@ def test_config_checks_name_the_key() -> None:
 
 
 # --- marl train and marl report --------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_train_scripted_logs_emergence_every_step_and_report_reads_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     marl = Path(sys.executable).with_name("marl")

@@ -144,6 +144,8 @@ def test_training_with_overflowing_lr_stops_and_never_checkpoints_nan(tmp_path: 
     assert not nonfinite_tensors(state), "a checkpoint holds NaN/inf"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_reports_nonfinite_stop_in_one_line(tmp_path: Path) -> None:
     marl = Path(sys.executable).with_name("marl")
     completed = subprocess.run(

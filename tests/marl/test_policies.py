@@ -184,6 +184,8 @@ def test_marl_play_never_starts_ray(capsys: pytest.CaptureFixture) -> None:
     assert ray is None or not ray.is_initialized()
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_reports_a_policy_mistake_without_traceback(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -264,6 +266,7 @@ def test_lora_adapter_reaches_the_rollout_side(mixed_runtime) -> None:
     assert max(abs(x - y) for x, y in zip(opponent, synced)) > 1e-3
 
 
+@pytest.mark.slow
 def test_mixed_run_checkpoints_every_policy_and_resumes_exactly(tmp_path: Path) -> None:
     straight = train(config(**MIXED, train={"steps": 2, "seeds_per_step": 1, "group_size": 4}),
                      run_dir=tmp_path / "straight")

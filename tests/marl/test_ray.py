@@ -25,6 +25,8 @@ from marl.ray_runtime import RayRuntime  # noqa: E402
 from marl.runtime import LocalRuntime  # noqa: E402
 from marl.train import train  # noqa: E402
 
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
 AGENTS = ["a", "b", "c", "d"]
 # Fractional CPUs: four actors fit on this 2-core machine without waiting for each other.
 RAY = {

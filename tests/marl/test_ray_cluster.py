@@ -18,6 +18,8 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 from marl.checkpoint import load_checkpoint  # noqa: E402
 from marl.train import train  # noqa: E402
 
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
 
 @pytest.fixture(scope="module")
 def cluster():

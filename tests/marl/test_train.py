@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -51,6 +52,7 @@ def test_two_steps_change_parameters_and_keep_loss_finite(tmp_path: Path) -> Non
     assert len(changed) > len(trained) // 2, f"only {changed} changed"
 
 
+@pytest.mark.slow
 def test_same_seed_gives_same_metrics(tmp_path: Path) -> None:
     first = train(tiny_config(), run_dir=tmp_path / "a")
     second = train(tiny_config(), run_dir=tmp_path / "b")
@@ -83,6 +85,8 @@ def test_tiny_model_learns_unison(tmp_path: Path) -> None:
     assert late > early + 0.05 and late > 2 * early, rewards
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_train_writes_tensorboard_events(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     marl = Path(sys.executable).with_name("marl")
@@ -116,6 +120,8 @@ def test_cli_train_writes_tensorboard_events(tmp_path: Path) -> None:
     assert any(tag.startswith("transcripts/") for tag in events.Tags()["tensors"])
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_train_rejects_impossible_config_without_traceback(tmp_path: Path) -> None:
     marl = Path(sys.executable).with_name("marl")
     completed = subprocess.run(

@@ -29,6 +29,7 @@ def _runtime(extra: dict | None = None) -> tuple:
     return config, plan, LocalRuntime(config, plan)
 
 
+@pytest.mark.slow
 def test_warmup_lowers_the_loss_on_bot_transcripts() -> None:
     config, plan, runtime = _runtime()
     held_out = bot_turns(config, 8, step=10_000)  # episodes the warm-up never sees

@@ -61,6 +61,7 @@ def refusal(tmp_path: Path, text: str | bytes) -> str:
 # --- 3. untrusted paths ------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_validate_dev_zero_is_refused_without_reading_it() -> None:
     """Run in a child limited to 1 GB of address space: reading /dev/zero would die there."""
     code = (
