@@ -223,17 +223,30 @@ def markdown(table: dict) -> str:
     return "\n".join(lines)
 
 
+COLOURS = {
+    "warmup_rl": "tab:blue",
+    "warmup_rl_noedge": "tab:orange",
+    "rl": "tab:green",
+    "format_warmup_rl": "tab:red",
+    "rule_warmup": "tab:purple",
+}
+
+
 def plot(results: dict, path: Path) -> None:
-    """Success, speaker MI and listener influence per step: mean over seeds with a 95% band."""
+    """Training-rollout success, speaker MI and listener influence per iteration (mean over
+    seeds, 95% t-band), and held-out success before and after RL (mean, 95% t-interval)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for ax, tag, title in zip(
-        axes, (SUCCESS, MI, INFLUENCE), ("listener success", "speaker MI (bits)", "influence")
-    ):
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
+    panels = (
+        (SUCCESS, "training-rollout success", (0.0, 1.0)),
+        (MI, "speaker MI, words (bits)", None),
+        (INFLUENCE, "listener influence", None),
+    )
+    for ax, (tag, title, limits) in zip(axes, panels):
         for name, runs in results.items():
             curves = [r[tag] for r in runs if r.get(tag)]
             if not curves or len(curves[0]) < 2:
@@ -241,14 +254,42 @@ def plot(results: dict, path: Path) -> None:
             length = min(len(c) for c in curves)
             steps = list(range(1, length + 1))
             stats = [interval([c[i] for c in curves]) for i in range(length)]
-            means = [m for m, _ in stats]
-            ax.plot(steps, means, label=name)
-            ax.fill_between(steps, [m - h for m, h in stats], [m + h for m, h in stats], alpha=0.2)
+            low = [m - h for m, h in stats]
+            high = [m + h for m, h in stats]
+            if limits is not None:
+                low = [max(limits[0], v) for v in low]
+                high = [min(limits[1], v) for v in high]
+            colour = COLOURS.get(name)
+            ax.plot(steps, [m for m, _ in stats], label=name, color=colour)
+            ax.fill_between(steps, low, high, alpha=0.15, color=colour)
         if tag == SUCCESS:
             ax.axhline(0.25, color="grey", linestyle=":", label="chance")
         ax.set_title(title)
         ax.set_xlabel("RL iteration")
         ax.legend(fontsize=8)
+    ax = axes[3]
+    for k, (name, runs) in enumerate(results.items()):
+        points = []
+        for label in ("eval_start", "eval_end"):
+            values = [r[label] for r in runs if label in r]
+            points.append(interval(values) if values else None)
+        if None in points:
+            continue
+        xs = [0 + 0.06 * k, 1 + 0.06 * k]
+        ax.errorbar(
+            xs,
+            [m for m, _ in points],
+            yerr=[h for _, h in points],
+            marker="o",
+            capsize=4,
+            label=name,
+            color=COLOURS.get(name),
+        )
+    ax.axhline(0.25, color="grey", linestyle=":")
+    ax.set_xticks([0, 1], ["before RL", "after RL"])
+    ax.set_ylim(0, 1.05)
+    ax.set_title("held-out success (64 unseen scenarios)")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -276,11 +317,12 @@ def main() -> None:
     if args.eval_only:
         saved = json.loads((out / "curves.json").read_text())
         for name in args.conditions:
-            for seed, curves in zip(args.seeds, saved[name]):
-                if "eval_end" not in curves:
+            results[name] = saved.get(name, [])
+            for seed, curves in zip(args.seeds, results[name]):
+                ckpt = out / name / f"seed{seed}" / "checkpoints"
+                if "eval_end" not in curves and ckpt.exists():
                     curves.update(held_out(name, seed, args, out))
-                results[name].append(curves)
-                (out / "curves.json").write_text(json.dumps({**saved, **results}))
+                    (out / "curves.json").write_text(json.dumps({**saved, **results}))
     for seed in [] if args.eval_only else args.seeds:  # seed-major: a partial experiment
         for name in args.conditions:  # still covers every condition
             results[name].append(run(name, seed, args, out))

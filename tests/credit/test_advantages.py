@@ -221,7 +221,9 @@ def test_property_finite_same_shape_zero_mean_per_column(
     # each column depends on that column only
     for j in range(returns.shape[1]):
         alone = compute_advantages(returns[:, j], method)  # (G,)
-        assert torch.allclose(alone, out[:, j], rtol=1e-12, atol=1e-12)
+        # same formula, but a 2-D and a 1-D reduction round differently: with a near-zero
+        # std (rows [0, 1], [0, 0.99999]) the 1/(std + eps) factor amplifies that to ~1e-11
+        assert torch.allclose(alone, out[:, j], rtol=1e-9, atol=1e-9 * scale)
 
 
 @settings(max_examples=100, deadline=None)
