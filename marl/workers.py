@@ -108,32 +108,13 @@ class RolloutWorker:
 
     def rollout(self, step: int, groups: Sequence[int]) -> RolloutResult:
         """Play ``groups`` of iteration ``step`` to the end."""
-        from marl.rollout import run_episodes
-
-        slots = self.slots(step, groups)
-        seed = self.config.seed * 1_000_003 + step
-        if self.policies is None:
-            return scripted_episodes(slots, self.config.bot, seed)
-        from marl.policies import sampling_config
-
-        assert self.plan is not None
-        return run_episodes(
-            slots,
-            self.policies.backends,
-            self.plan.policy_of,
-            sampling_config(self.config),
-            seed,
-            response_prefix=self.config.sampling.response_prefix,
-        )
+        return self._play(self.slots(step, groups), self.config.seed * 1_000_003 + step)
 
     def evaluate(self, episodes: int, step: int) -> RolloutResult:
         """Play ``episodes`` held-out scenarios, one episode each (no update follows); the same
         seeds at every evaluation of a run, so evaluations compare like with like."""
-        from marl.rollout import run_episodes
-
-        seeds = eval_seeds(self.config.seed, episodes)
         slots = []
-        for k, scenario_seed in enumerate(seeds):
+        for k, scenario_seed in enumerate(eval_seeds(self.config.seed, episodes)):
             if k not in self.eval_envs:
                 self.eval_envs[k] = make(
                     self.config.scenario.name, **self.config.scenario.overrides
@@ -141,10 +122,14 @@ class RolloutWorker:
             slots.append(
                 EpisodeSlot(env=self.eval_envs[k], seed=scenario_seed, group_id=k, episode_id=k)
             )
-        seed = self.config.seed * 1_000_003 + 500_009 + step
+        return self._play(slots, self.config.seed * 1_000_003 + 500_009 + step)
+
+    def _play(self, slots: list[EpisodeSlot], seed: int) -> RolloutResult:
+        """Play ``slots`` to the end with the policies (or the scripted bot)."""
         if self.policies is None:
             return scripted_episodes(slots, self.config.bot, seed)
         from marl.policies import sampling_config
+        from marl.rollout import run_episodes
 
         assert self.plan is not None
         return run_episodes(
