@@ -129,13 +129,14 @@ def markup_instructions(neighbours: list[str], needs_action: bool = True) -> str
         who = ", ".join(neighbours)
         talk = (
             f"You can send messages to: {who}.\n"
-            "To message all of them write a line `SAY: <message>`; to message only some, write "
-            "`SAY @name @name: <message>`."
+            "To message all of them, write a line that starts with `SAY:` and then your message; "
+            "to message only some, start the line with `SAY @name @name:` instead."
         )
     else:
         talk = "Nobody can receive messages from you."
     act = (
-        "When the observation asks for an action, also write one line `ACTION: <your action>`."
+        "When the observation asks for an action, also write one line that starts with `ACTION:` "
+        "and then your action."
         if needs_action
         else ""
     )

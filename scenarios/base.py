@@ -403,18 +403,18 @@ class TextScenarioEnv(ParallelEnv):
 
     def _instruction(self, agent: str, neighbours: list[str]) -> str:
         """The last line of an observation: exactly what the reply should hold."""
-        talk = "`SAY: <message>`" if neighbours else ""
+        talk = "`SAY:` and then your message" if neighbours else ""
         if self.rules.needs_action(agent, self._state.round):
             help_text = self.rules.action_help(agent)
             if self.rules_cls.info.free_text_action:
                 return f"Your turn. Reply with {help_text}"
-            first = f"optionally {talk}, then " if talk else ""
+            first = f"optionally a line {talk}, then " if talk else ""
             return (
-                f"Your turn. Reply with {first}one line `ACTION: <action>`, where the action is "
+                f"Your turn. Reply with {first}one line: `ACTION:` and then the action, which is "
                 f"{help_text}"
             )
         if talk:
-            return f"Your turn to talk. Reply with one line {talk}."
+            return f"Your turn to talk. Reply with one line: {talk}."
         return "Nothing to do this round. Reply `ACTION: wait`."
 
     def _observations(self) -> dict[str, str]:

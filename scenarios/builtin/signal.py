@@ -12,6 +12,10 @@ Version history:
   with the candidate's name as well as its number, so it can copy the message instead of
   looking the name up in the numbered list (SmolLM2-135M cannot do that lookup zero-shot:
   docs/communication.md).
+- v0 and v1, 2026-11-25: a number counts only as the answer itself (``3``, ``#3``,
+  ``candidate 3``, ``3: red circle``), not as any digit in prose: ``ACTION: round 1`` used to
+  pick candidate 1, and a trained listener settled on writing exactly that (a pooling
+  equilibrium worth chance plus partial credit; docs/communication.md).
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ from marl.scenarios.spec import Problem
 
 COLOURS = ["red", "blue", "green", "yellow", "purple", "orange"]
 SHAPES = ["circle", "square", "triangle", "star", "heart", "cross"]
+# A number answer: the number itself, optionally after "#", "no." or "candidate"/"number"/
+# "option", and before anything that is not a letter or digit ("3", "#3", "candidate 3.",
+# "3: red circle"). A digit inside prose ("round 1", "I think 2") is no answer.
+_NUMBER_ANSWER = re.compile(
+    r"^[\s\W_]*(?:(?:candidate|number|option|no\.?)\s*)?#?\s*(\d+)(?![\w])"
+)
 
 
 @register_rules("signal")
@@ -146,9 +156,9 @@ class SignalRules(Rules):
                 return named[0]
             if named:  # several names: ambiguous, not a pick
                 return -1
-        match = re.search(r"\d+", text)
+        match = _NUMBER_ANSWER.match(text)
         # a hostile 5,000-digit number would make int() raise; it is out of range anyway
-        return int(match.group()) - 1 if match and len(match.group()) <= 18 else -1
+        return int(match.group(1)) - 1 if match and len(match.group(1)) <= 18 else -1
 
     def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
         """Score the listener's pick at the end of round 2."""
