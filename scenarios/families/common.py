@@ -12,7 +12,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from marl.scenarios.families.templates import render, template_problems
+from marl.scenarios.families.templates import placeholders, render, template_problems
 from marl.scenarios.spec import Problem, short
 
 MAX_NAME_CHARS = 40  # an action, option or fact name
@@ -119,10 +119,21 @@ def private_problems(
     if value is None:
         return []
     if isinstance(value, str):
-        problems: list[Problem] = []
-        for agent in agents:
-            found = template_problems(value, known(agent), "private", f" for {agent}")
-            problems += [p for p in found if p not in problems]
+        every = set().union(*(known(a) for a in agents))
+        problems = template_problems(value, every, "private")
+        if problems:
+            return problems
+        for name in dict.fromkeys(placeholders(value)):
+            lacking = [a for a in agents if name not in known(a)]
+            if lacking:
+                holders = ", ".join(a for a in agents if a not in lacking)
+                problems.append(
+                    Problem(
+                        "private",
+                        f"placeholder {{{name}}} names no value dealt to {', '.join(lacking)} "
+                        f"(held only by {holders}); give those agents a template of their own",
+                    )
+                )
         return problems
     if not isinstance(value, Mapping):
         return [Problem("private", "must be a template string or a mapping agent -> template")]

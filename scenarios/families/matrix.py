@@ -185,16 +185,16 @@ class MatrixRules(Rules):
             return [Problem("payoffs", "required: the payoff table")]
         problems += _table_problems(params["payoffs"], 0, "payoffs", agents, actions)
         fallback = params.get("fallback")
-        if fallback is not None:
-            for agent in agents:
-                if fallback not in actions[agent]:
-                    problems.append(
-                        Problem(
-                            "fallback",
-                            f"undeclared action {short(fallback)} of {agent} "
-                            f"(declared: {', '.join(actions[agent])})",
-                        )
-                    )
+        lacking = [a for a in agents if fallback is not None and fallback not in actions[a]]
+        if lacking:
+            problems.append(
+                Problem(
+                    "fallback",
+                    f"undeclared action {short(fallback)} of {', '.join(lacking)} (declared: "
+                    + "; ".join(f"{a}: {', '.join(actions[a])}" for a in lacking)
+                    + ")",
+                )
+            )
         problems += private_problems(params.get("private"), agents, lambda a: PLACEHOLDERS)
         return problems
 
