@@ -18,10 +18,12 @@ import yaml
 import marl
 from marl.cli import main
 from marl.scenarios import validate_scenario
+from marl.scenarios.base import TextScenarioEnv
 from marl.scenarios.bots import bot_names
 from marl.scenarios.families.templates import render, template_problems
 from marl.scenarios.registry import BUILTIN_DIR, load_document
 from marl.scenarios.rules import RULES
+from marl.scenarios.spec import spec_from_dict
 from marl.testing import play_episode
 
 YAML_ONLY = {
@@ -414,14 +416,21 @@ def test_marl_validate_prints_the_key_of_each_mistake(tmp_path: Path, capsys) ->
 
 
 @pytest.mark.parametrize("name", sorted(YAML_ONLY))
-def test_every_wrong_type_in_params_is_a_problem_not_a_crash(name: str) -> None:
-    doc = builtin(name)
-    junk = [None, 3, -1, 2.5, "x", [], {}, [[1]], {"a": {"b": []}}, True, "{", [None]]
-    for key in list(doc["params"]):
+def test_any_value_for_any_param_is_a_problem_or_plays(name: str) -> None:
+    junk = [None, 3, -1, 2.5, "x", [], {}, [[1]], {"a": {"b": []}}, True, "{", [None], "ann"]
+    refused = 0
+    for key in builtin(name)["params"]:
         for value in junk:
-            doc_bad = builtin(name)
-            doc_bad["params"][key] = value
-            validate_scenario(doc_bad)  # must not raise
+            doc = builtin(name)
+            doc["params"][key] = value
+            if validate_scenario(doc):  # never raises
+                refused += 1
+                continue
+            env = TextScenarioEnv(spec_from_dict(doc))
+            play_episode(env, "rule", seed=0)
+            play_episode(env, "random", seed=1)
+            assert all(math.isfinite(r) for r in env.returns.values())
+    assert refused >= len(junk)  # most junk is refused
 
 
 # --- templates and action help -----------------------------------------------------------------
