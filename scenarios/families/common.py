@@ -20,6 +20,7 @@ MAX_VALUE_CHARS = 80  # a string value in a pool
 MAX_CHOICES = 32  # actions of one player, options of a vote
 MAX_POOL = 1000  # values in one pool
 MAX_INT = 10**12  # integer pool values; sums of them stay exact floats
+MAX_SEARCHED_CHOICES = 200  # choices looked for inside a longer reply
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
 
 
@@ -70,10 +71,16 @@ def name_list_problems(value: object, path: str, what: str) -> list[Problem]:
                     f"digits, '_' and '-' (at most {MAX_NAME_CHARS} characters)",
                 )
             )
-        elif name.casefold() in seen:
-            problems.append(Problem(f"{path}[{i}]", f"duplicate {what} {short(name)}"))
+        elif normalise(name) in seen:  # the form a reply is matched in
+            problems.append(
+                Problem(
+                    f"{path}[{i}]",
+                    f"duplicate {what} {short(name)} (names must differ by more than case or "
+                    "a trailing '_')",
+                )
+            )
         else:
-            seen.add(name.casefold())
+            seen.add(normalise(name))
     return problems
 
 
@@ -180,6 +187,8 @@ def match_choice(text: str | None, choices: Sequence[str]) -> str | None:
     by_key = {normalise(c): c for c in choices}
     if wanted in by_key:
         return by_key[wanted]
+    if len(by_key) > MAX_SEARCHED_CHOICES:  # a lookup over huge pools: exact answers only
+        return None
     found = {
         choice
         for key, choice in by_key.items()

@@ -20,6 +20,7 @@ from marl.cli import main
 from marl.scenarios import validate_scenario
 from marl.scenarios.base import TextScenarioEnv
 from marl.scenarios.bots import bot_names
+from marl.scenarios.families.common import match_choice
 from marl.scenarios.families.templates import render, template_problems
 from marl.scenarios.registry import BUILTIN_DIR, load_document
 from marl.scenarios.rules import RULES
@@ -337,6 +338,10 @@ MISTAKES = [
         broken("stag-hunt", "params.actions", [True, "hare"]),
         "params.actions[0]: action name True must start with a letter",
     ),
+    (
+        broken("majority-vote", "params.options", ["park", "Park_", "beach"]),
+        "params.options[1]: duplicate option 'Park_' (names must differ by more than case",
+    ),
     # a placeholder that names no dealt value
     (
         broken("sum-relay", "params.private.ann", "Your number is {b}."),
@@ -434,6 +439,17 @@ def test_any_value_for_any_param_is_a_problem_or_plays(name: str) -> None:
 
 
 # --- templates and action help -----------------------------------------------------------------
+
+
+def test_a_reply_names_a_choice_whole_or_as_the_only_choice_word_in_it() -> None:
+    choices = ["stag", "hare", "x-1"]
+    assert match_choice("  `Stag`. ", choices) == "stag"
+    assert match_choice("I will hunt the HARE!", choices) == "hare"
+    assert match_choice("x-1", choices) == "x-1" and match_choice("x-12", choices) is None
+    assert match_choice("stag or hare", choices) is None
+    assert match_choice("stagger", choices) is None
+    assert match_choice("", choices) is None and match_choice(None, choices) is None
+    assert match_choice("7" * 20_000 + " stag", choices) is None  # only the first 2,000 chars
 
 
 def test_templates_substitute_data_and_never_evaluate() -> None:
