@@ -87,3 +87,15 @@ def test_a_multirun_plays_one_run_per_cooperation_and_seed(tmp_path: Path) -> No
     assert returns == [
         f"returns: alice={r}, bob={r}" for r in ["+0.000"] * 3 + ["+2.000"] * 3 + ["+4.000"] * 3
     ]
+
+
+@pytest.mark.parametrize(
+    ("option", "name"),
+    [
+        ("stag-hunt", "stag-hunt-v0"),
+        ("stag_hunt", "stag-hunt-v0"),
+        ("public-goods", "public-goods-v0"),
+    ],
+)
+def test_a_scenario_with_a_config_file_answers_to_its_unversioned_name(option, name) -> None:
+    assert composed(f"scenario={option}").scenario.name == name
