@@ -95,9 +95,9 @@ def _register_scenario_options() -> None:
 
     store.store(name="config_schema", node=Config)
     for name in list_scenarios():
-        if name in covered:
-            continue
         base = re.sub(r"-v\d+$", "", name)
+        # the unversioned name too when a file covers only the versioned one (stag-hunt for
+        # configs/scenario/stag_hunt.yaml, which holds name: stag-hunt-v0)
         for option in {name, base} - covered:
             store.store(group="scenario", name=option, node={"name": name, "overrides": {}})
 

@@ -76,6 +76,13 @@ class Rules:
         """Cross-field checks on ``params`` beyond their names; path relative to ``params``."""
         return []
 
+    @classmethod
+    def episode_rounds(cls, params: dict[str, Any]) -> int | None:
+        """The number of rounds ``params`` imply, or ``None`` when the YAML's ``episode.rounds``
+        decides. Called only on params that passed :meth:`check_params`; when it gives a number,
+        ``episode.rounds`` defaults to it and may not differ from it."""
+        return None
+
     # --- the game ----------------------------------------------------------------------------
     def reset(self) -> None:
         """Deal a fresh episode using ``self.rng``."""

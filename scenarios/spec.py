@@ -471,7 +471,28 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
             Problem(f"params.{p.path}" if p.path else "params", p.message)
             for p in RULES[rules].check_params(dict(params), agents)
         ]
+    if not problems and rules_known:
+        problems += _implied_rounds_problems(RULES[rules], dict(params), episode)
     return problems
+
+
+def _implied_rounds_problems(rules_cls: type, params: dict, episode: Mapping) -> list[Problem]:
+    """``episode.rounds`` against the number of rounds the rules' params imply, if any."""
+    implied = rules_cls.episode_rounds(params)
+    if implied is None:
+        return []
+    if not 1 <= implied <= 1000:
+        return [Problem("params", f"these params make {implied} rounds; at most 1000")]
+    given = episode.get("rounds", implied)
+    if given != implied:
+        return [
+            Problem(
+                "episode.rounds",
+                f"the params of these rules make {implied} rounds, got {short(given)}; "
+                "leave episode.rounds out (it follows the params) or change the params",
+            )
+        ]
+    return []
 
 
 class _Refused(yaml.YAMLError):
@@ -685,7 +706,11 @@ def spec_from_dict(data: Mapping, source: str = "") -> ScenarioSpec:
         ),
         budget=MessageBudget(**messages),
         noise=ChannelNoise(**{k: float(v) for k, v in noise.items()}),
-        rounds=int((data.get("episode") or {}).get("rounds", rules_cls.info.default_rounds)),
+        rounds=int(
+            (data.get("episode") or {}).get(
+                "rounds", rules_cls.episode_rounds(params) or rules_cls.info.default_rounds
+            )
+        ),
         lenient_actions=bool((data.get("episode") or {}).get("lenient_actions", False)),
         cooperation=float(reward.get("cooperation", 1.0)),
         malformed_penalty=float(reward.get("malformed_penalty", -0.1)),

@@ -317,7 +317,8 @@ def test_names_resolve_to_the_latest_version(tmp_path: Path) -> None:
     finally:
         SCENARIOS.pop("signal-v2", None)
         SCENARIOS.pop("signal-v10", None)
-    with pytest.raises(ScenarioError, match="unknown scenario 'nope'; known: public-goods-v0"):
+    known = "majority-vote-v0, prisoners-dilemma-v0, public-goods-v0"
+    with pytest.raises(ScenarioError, match=f"unknown scenario 'nope'; known: {known}"):
         marl.make("nope")
 
 

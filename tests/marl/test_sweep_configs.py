@@ -1,0 +1,101 @@
+"""``configs/sweep/``: Hydra multirun presets. The stag-hunt cooperation sweep composes, every
+value it sweeps makes a valid scenario, the package ships the folder, and a real multirun
+expands to one run per (cooperation, seed) whose rewards follow the coefficient."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+import marl
+from marl.cli import _register_scenario_options
+from marl.config import load_config
+from marl.testing import play_episode
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = "+sweep=stag_hunt_cooperation"
+
+
+def composed(*overrides: str, hydra: bool = False):
+    _register_scenario_options()
+    with initialize_config_module(config_module="marl.configs", version_base=None):
+        return compose(config_name="train", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def test_the_stag_hunt_sweep_composes_over_cooperation_and_seeds() -> None:
+    cfg = composed(SWEEP, hydra=True)
+    assert cfg.scenario.name == "stag-hunt-v0"
+    params = dict(cfg.hydra.sweeper.params)
+    assert params == {"scenario.overrides.reward.cooperation": "0.0,0.5,1.0", "seed": "0,1,2"}
+
+
+@pytest.mark.parametrize(("cooperation", "team_return"), [(0.0, 0.0), (0.5, 2.0), (1.0, 4.0)])
+def test_each_swept_value_is_a_valid_stag_hunt(cooperation: float, team_return: float) -> None:
+    config = load_config(composed(SWEEP, f"scenario.overrides.reward.cooperation={cooperation}"))
+    env = marl.make(config.scenario.name, **config.scenario.overrides)
+    assert env.spec.cooperation == cooperation
+    returns = play_episode(env, "rule", seed=0)  # both hunt the stag: (4, 4)
+    assert returns == {"alice": team_return, "bob": team_return}
+
+
+def test_the_package_ships_the_sweep_folder() -> None:
+    text = (ROOT / "pyproject.toml").read_text()  # tomllib is 3.11+; the project runs on 3.10
+    line = re.search(r'^"marl\.configs" = \[(.*)\]$', text, re.MULTILINE)
+    assert line, "pyproject.toml: no package-data line for marl.configs"
+    patterns = re.findall(r'"([^"]+)"', line.group(1))
+    shipped = {p for pattern in patterns for p in (ROOT / "configs").glob(pattern)}
+    sweeps = set((ROOT / "configs" / "sweep").glob("*.yaml"))
+    assert sweeps and sweeps <= shipped  # setuptools globs package-data from the package dir
+    assert (files("marl.configs") / "sweep" / "stag_hunt_cooperation.yaml").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_multirun_plays_one_run_per_cooperation_and_seed(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("marl")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
+    done = subprocess.run(
+        [
+            *command,
+            "play",
+            "-m",
+            SWEEP,
+            "agents=scripted",
+            "bot=rule",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert runs == [
+        f"{i}_c{c}_s{s}"
+        for i, (c, s) in enumerate((c, s) for c in ("0.0", "0.5", "1.0") for s in range(3))
+    ]
+    returns = [line for line in done.stdout.splitlines() if line.startswith("returns:")]
+    assert returns == [
+        f"returns: alice={r}, bob={r}" for r in ["+0.000"] * 3 + ["+2.000"] * 3 + ["+4.000"] * 3
+    ]
+
+
+@pytest.mark.parametrize(
+    ("option", "name"),
+    [
+        ("stag-hunt", "stag-hunt-v0"),
+        ("stag_hunt", "stag-hunt-v0"),
+        ("public-goods", "public-goods-v0"),
+    ],
+)
+def test_a_scenario_with_a_config_file_answers_to_its_unversioned_name(option, name) -> None:
+    assert composed(f"scenario={option}").scenario.name == name
