@@ -35,7 +35,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from marl.protocols.registry import Registry
+
 __all__ = [
+    "ADVANTAGES",
     "AdvantageFn",
     "compute_advantages",
     "dr_grpo_advantages",
@@ -52,7 +55,7 @@ AdvantageFn = Callable[..., torch.Tensor]
 """An advantage estimator: float returns ``(G, N)`` (plus keyword options) -> ``(G, N)``."""
 
 
-_ADVANTAGES: dict[str, AdvantageFn] = {}
+ADVANTAGES: Registry[str, AdvantageFn] = Registry("advantage estimator")
 
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
@@ -61,32 +64,19 @@ def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
     The decorated function receives a float tensor of returns shaped ``(G, N)`` (the caller has
     already checked the shape and finiteness) and must return advantages of the same shape.
     """
-
-    def decorator(fn: AdvantageFn) -> AdvantageFn:
-        if name in _ADVANTAGES:
-            raise ValueError(
-                f"advantage estimator {name!r} is already registered "
-                f"(by {_ADVANTAGES[name].__module__}.{getattr(_ADVANTAGES[name], '__name__', '?')})"
-            )
-        _ADVANTAGES[name] = fn
-        return fn
-
-    return decorator
+    return ADVANTAGES.register(name)
 
 
 def list_advantages() -> list[str]:
     """Names of the registered advantage estimators, sorted."""
-    return sorted(_ADVANTAGES)
+    return ADVANTAGES.names()
 
 
-def get_advantage(name: str) -> AdvantageFn:
-    """The estimator registered as ``name``; an unknown name raises KeyError listing the known."""
-    try:
-        return _ADVANTAGES[name]
-    except KeyError:
-        raise KeyError(
-            f"unknown advantage estimator {name!r}; known: {', '.join(list_advantages())}"
-        ) from None
+def get_advantage(name: str, key: str | None = None) -> AdvantageFn:
+    """The estimator registered as ``name``; an unknown name raises
+    :class:`~marl.protocols.registry.UnknownNameError` (a KeyError) listing the known ones,
+    prefixed by ``key`` when given."""
+    return ADVANTAGES.lookup(name, key)
 
 
 def _constant_columns(returns: torch.Tensor) -> torch.Tensor:

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from marl.credit.counterfactual import MODES, Generate, RecordedEpisode, Resimulator
+from marl.protocols.registry import Registry
 
 if TYPE_CHECKING:
     from marl.credit.counterfactual import ForkableEnv
 
 __all__ = [
+    "CREDITS",
     "CreditConfig",
     "CreditFn",
     "CreditResult",
@@ -77,11 +79,7 @@ class CreditConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.name not in _CREDITS:
-            raise ValueError(
-                f"credit.name: unknown credit method {self.name!r}; known: "
-                f"{', '.join(list_credits())}"
-            )
+        CREDITS.lookup(self.name, key="credit.name")
         for key, value, choices in (
             ("value", self.value, VALUES),
             ("mode", self.mode, MODES),
@@ -96,8 +94,8 @@ class CreditConfig:
             raise ValueError(
                 f"credit.max_concurrent: must be >= 1 or null, got {self.max_concurrent}"
             )
-        if self.per_turn and not _CREDITS[self.name].counterfactual:
-            counterfactual = [n for n, e in sorted(_CREDITS.items()) if e.counterfactual]
+        if self.per_turn and not CREDITS[self.name].counterfactual:
+            counterfactual = [n for n, e in sorted(CREDITS.items()) if e.counterfactual]
             raise ValueError(
                 f"credit.per_turn: method {self.name!r} has no per-turn credit; only the "
                 f"counterfactual ones do ({', '.join(counterfactual)})"
@@ -149,12 +147,14 @@ methods registered with ``counterfactual=False``."""
 
 
 @dataclass(frozen=True)
-class _Entry:
+class CreditMethod:
+    """A registered credit method and whether it re-simulates episodes."""
+
     fn: CreditFn
     counterfactual: bool
 
 
-_CREDITS: dict[str, _Entry] = {}
+CREDITS: Registry[str, CreditMethod] = Registry("credit method")
 
 
 def register_credit(name: str, counterfactual: bool = True) -> Callable[[CreditFn], CreditFn]:
@@ -164,12 +164,7 @@ def register_credit(name: str, counterfactual: bool = True) -> Callable[[CreditF
     """
 
     def decorator(fn: CreditFn) -> CreditFn:
-        if name in _CREDITS:
-            raise ValueError(
-                f"credit method {name!r} is already registered "
-                f"(by {_CREDITS[name].fn.__module__}.{getattr(_CREDITS[name].fn, '__name__', '?')})"
-            )
-        _CREDITS[name] = _Entry(fn, counterfactual)
+        CREDITS.add(name, CreditMethod(fn, counterfactual))
         return fn
 
     return decorator
@@ -177,23 +172,17 @@ def register_credit(name: str, counterfactual: bool = True) -> Callable[[CreditF
 
 def list_credits() -> list[str]:
     """Names of the registered credit methods, sorted."""
-    return sorted(_CREDITS)
+    return CREDITS.names()
 
 
 def get_credit(name: str) -> CreditFn:
     """The method registered as ``name``; an unknown name raises KeyError listing the known."""
-    try:
-        return _CREDITS[name].fn
-    except KeyError:
-        raise KeyError(
-            f"unknown credit method {name!r}; known: {', '.join(list_credits())}"
-        ) from None
+    return CREDITS.lookup(name).fn
 
 
 def is_counterfactual(name: str) -> bool:
     """Whether the method ``name`` re-simulates episodes (and so needs an environment)."""
-    get_credit(name)
-    return _CREDITS[name].counterfactual
+    return CREDITS.lookup(name).counterfactual
 
 
 def engine_for(
@@ -233,8 +222,7 @@ def compute_credit(
         config = CreditConfig(name=config, **overrides)
     elif overrides:
         raise TypeError("pass field overrides only with a method name, not with a CreditConfig")
-    get_credit(config.name)
-    entry = _CREDITS[config.name]
+    entry = CREDITS.lookup(config.name)
     if entry.counterfactual and engine is None:
         if env is None:
             raise ValueError(

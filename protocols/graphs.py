@@ -3,18 +3,39 @@
 A topology is a function ``(agents, spec, rng) -> nx.DiGraph``. Undirected topologies are stored
 as a DiGraph with both directions, so that "a message travels only along an edge" is always the
 check ``graph.has_edge(sender, receiver)``.
+
+A topology may take parameters of its own from the scenario YAML (``graph: {topology: hubs,
+params: {hubs: 2}}``): declare them as a dataclass with defaults, as rules declare ``Params``,
+and register with ``@register_topology("hubs", params=HubParams)``. The YAML's values are
+checked against the dataclass (names and simple types, each problem naming its key such as
+``graph.params.hubs``) and reach the builder, defaults filled in, as the mapping
+``spec.params``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 
+from marl.protocols.registry import Registry
+
 TopologyFn = Callable[[Sequence[str], "GraphSpec", random.Random], nx.DiGraph]
-TOPOLOGIES: dict[str, TopologyFn] = {}
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A registered topology: its builder and the dataclass of its own parameters (or None)."""
+
+    build: TopologyFn
+    params: type | None = None
+
+
+TOPOLOGIES: Registry[str, Topology] = Registry("topology")
 
 
 @dataclass(frozen=True)
@@ -28,6 +49,8 @@ class GraphSpec:
     p:             edge probability, for ``random``.
     seed:          seed of the ``random`` topology; ``None`` means the episode seed.
     rewire_every:  for ``random``: draw a fresh graph every this many rounds (0 = never).
+    params:        the topology's own parameters (``graph.params`` in the YAML), defaults
+                   filled in from the dataclass it was registered with.
     """
 
     topology: str = "complete"
@@ -37,15 +60,20 @@ class GraphSpec:
     p: float = 0.5
     seed: int | None = None
     rewire_every: int = 0
+    params: Mapping[str, Any] = field(default_factory=dict)
 
 
-def register_topology(name: str) -> Callable[[TopologyFn], TopologyFn]:
-    """Register a topology builder under ``name``; duplicate names are refused."""
+def register_topology(name: str, params: type | None = None) -> Callable[[TopologyFn], TopologyFn]:
+    """Register a topology builder under ``name``; duplicate names are refused.
+
+    ``params``: a dataclass (every field with a default) of the parameters the topology reads
+    from ``spec.params``; None = it takes none.
+    """
+    if params is not None and not dataclasses.is_dataclass(params):
+        raise TypeError(f"topology {name!r}: params must be a dataclass")
 
     def decorator(fn: TopologyFn) -> TopologyFn:
-        if name in TOPOLOGIES:
-            raise ValueError(f"topology {name!r} is already registered")
-        TOPOLOGIES[name] = fn
+        TOPOLOGIES.add(name, Topology(fn, params))
         return fn
 
     return decorator
@@ -114,13 +142,11 @@ def build_graph(
     Only ``random`` graphs with ``rewire_every > 0`` change between rounds; every other graph is
     the same in all rounds.
     """
-    if spec.topology not in TOPOLOGIES:
-        known = ", ".join(sorted(TOPOLOGIES))
-        raise KeyError(f"graph.topology: unknown topology {spec.topology!r}; known: {known}")
+    topology = TOPOLOGIES.lookup(spec.topology, key="graph.topology")
     epoch = round // spec.rewire_every if spec.rewire_every > 0 else 0
     base_seed = spec.seed if spec.seed is not None else episode_seed
     rng = random.Random(f"{base_seed}:{epoch}")
-    return TOPOLOGIES[spec.topology](list(agents), spec, rng)
+    return topology.build(list(agents), spec, rng)
 
 
 def edge_list(graph: nx.DiGraph) -> list[tuple[str, str]]:

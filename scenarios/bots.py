@@ -11,10 +11,14 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from marl.protocols.registry import Registry
 from marl.scenarios.spec import Problem, ScenarioError
 
 Bot = Callable[[str, str, dict[str, Any], random.Random], str]
-BOTS: dict[tuple[str, str], Bot] = {}
+# (rules name, bot name) -> bot
+BOTS: Registry[tuple[str, str], Bot] = Registry(
+    "bot", label=lambda key: f"{key[1]!r} for rules {key[0]!r}"
+)
 
 _WORDS = ["red", "blue", "circle", "square", "yes", "no", "1", "2", "3", "4", "help", "ok"]
 
@@ -22,13 +26,7 @@ _WORDS = ["red", "blue", "circle", "square", "yes", "no", "1", "2", "3", "4", "h
 def register_bot(rules: str, name: str) -> Callable[[Bot], Bot]:
     """Register a scripted bot for the rules called ``rules``; duplicate names are refused."""
 
-    def decorator(bot: Bot) -> Bot:
-        if (rules, name) in BOTS:
-            raise ValueError(f"bot {name!r} for rules {rules!r} is already registered")
-        BOTS[(rules, name)] = bot
-        return bot
-
-    return decorator
+    return BOTS.register((rules, name))
 
 
 def random_bot(agent: str, observation: str, info: dict[str, Any], rng: random.Random) -> str:

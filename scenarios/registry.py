@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from marl.protocols.registry import Registry
 from marl.scenarios.base import TextScenarioEnv
 from marl.scenarios.spec import (
     Problem,
@@ -28,7 +29,7 @@ from marl.scenarios.spec import (
 )
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
-SCENARIOS: dict[str, Path] = {}
+SCENARIOS: Registry[str, Path] = Registry("scenario")  # name -> its YAML file
 _VERSION = re.compile(r"^(?P<base>.+)-v(?P<version>\d+)$")
 _loaded = False
 
@@ -54,8 +55,10 @@ def register_scenario(path: str | Path) -> str:
     name = data.get("name") if isinstance(data, Mapping) else None
     if not isinstance(name, str):
         raise ScenarioError([Problem("name", "required to register a scenario")], str(path))
-    if name in SCENARIOS and SCENARIOS[name].resolve() != path.resolve():
-        raise ValueError(f"scenario {name!r} is already registered from {SCENARIOS[name]}")
+    if name in SCENARIOS:
+        if SCENARIOS[name].resolve() != path.resolve():
+            raise ValueError(f"scenario {name!r} is already registered from {SCENARIOS[name]}")
+        return name  # the same file again: nothing to do
     SCENARIOS[name] = path
     return name
 
@@ -78,8 +81,7 @@ def resolve_name(name: str) -> str:
             versions.append((int(match.group("version")), registered))
     if versions:
         return max(versions)[1]
-    known = ", ".join(sorted(SCENARIOS)) or "none"
-    raise ScenarioError([Problem("scenario", f"unknown scenario {name!r}; known: {known}")])
+    raise ScenarioError([Problem("scenario", SCENARIOS.unknown_message(name))])
 
 
 def _is_path(text: str) -> bool:

@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from marl.protocols.registry import Registry
 from marl.scenarios.spec import Problem
 
-RULES: dict[str, type[Rules]] = {}
+RULES: Registry[str, type[Rules]] = Registry("rules")
 
 
 @dataclass(frozen=True)
@@ -134,11 +135,8 @@ def register_rules(name: str) -> Callable[[type[Rules]], type[Rules]]:
     """Register a rules class under ``name``; duplicate names are refused."""
 
     def decorator(cls: type[Rules]) -> type[Rules]:
-        if name in RULES:
-            raise ValueError(f"rules {name!r} are already registered")
         if not dataclasses.is_dataclass(cls.Params):
             raise TypeError(f"rules {name!r}: Params must be a dataclass")
-        RULES[name] = cls
-        return cls
+        return RULES.add(name, cls)
 
     return decorator

@@ -29,10 +29,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from marl.protocols.registry import Registry
 from marl.scenarios.spec import Problem
 
 TurnScore = Callable[[Any], float]  # a TurnLog -> a score in [0, 1]
-SHAPING_KINDS: dict[str, TurnScore] = {}
+SHAPING_KINDS: Registry[str, TurnScore] = Registry("shaping kind")
 TERM_KEYS = {"kind", "weight", "from_step", "until_step", "decay"}
 MAX_TERMS = 16
 
@@ -40,13 +41,7 @@ MAX_TERMS = 16
 def register_shaping(name: str) -> Callable[[TurnScore], TurnScore]:
     """Register a shaping kind: a function of one turn's log entry to a score in [0, 1]."""
 
-    def decorator(fn: TurnScore) -> TurnScore:
-        if name in SHAPING_KINDS:
-            raise ValueError(f"shaping kind {name!r} is already registered")
-        SHAPING_KINDS[name] = fn
-        return fn
-
-    return decorator
+    return SHAPING_KINDS.register(name)
 
 
 @register_shaping("format")
@@ -120,8 +115,7 @@ def validate_shaping(value: object, prefix: str = "reward.shaping") -> list[Prob
             problems.append(
                 Problem(
                     f"{key}.kind",
-                    f"unknown shaping kind {str(kind)[:40]!r} "
-                    f"(known: {', '.join(sorted(SHAPING_KINDS))})",
+                    SHAPING_KINDS.unknown_message(kind, shown=repr(str(kind)[:40])),
                 )
             )
         if "weight" not in term or not _finite(term["weight"]):

@@ -302,9 +302,8 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     rules = data.get("rules")
     if not isinstance(rules, str):
         problems.append(Problem("rules", "required, the name of registered Python rules"))
-    elif rules not in RULES:  # a str, so hashable
-        known = ", ".join(sorted(RULES)) or "none"
-        problems.append(Problem("rules", f"unknown rules {short(rules)}; known: {known}"))
+    elif rules not in RULES:
+        problems.append(Problem("rules", RULES.unknown_message(rules, shown=short(rules))))
 
     agents_raw = data.get("agents")
     agents: list[str] = []
@@ -376,7 +375,7 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
         problems.append(
             Problem(
                 "graph.topology",
-                f"unknown topology {short(topology)}; known: {', '.join(sorted(TOPOLOGIES))}",
+                TOPOLOGIES.unknown_message(topology, shown=short(topology)),
             )
         )
     if "directed" in graph and not isinstance(graph["directed"], bool):

@@ -9,6 +9,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
+from marl.protocols.registry import Registry
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -100,42 +102,28 @@ def copy_weights(
             target.copy_(value)
 
 
-BACKENDS: dict[str, Callable[..., PolicyBackend]] = {}
-# Built-in backends: each lives in ``marl.agents.backends.<name>`` and registers itself when
-# that module is first imported, so the registry knows their names without importing vLLM.
-BUILTIN_BACKENDS = ("hf", "vllm")
+# Built-in backends live in ``marl.agents.backends.<name>`` and register themselves when that
+# module is first imported: the registry knows their names without importing vLLM.
+BACKENDS: Registry[str, Callable[..., PolicyBackend]] = Registry(
+    "backend", lazy={"hf": "marl.agents.backends.hf", "vllm": "marl.agents.backends.vllm"}
+)
+BUILTIN_BACKENDS = tuple(BACKENDS.lazy)
 
 
 def backend_names() -> list[str]:
     """Every backend name ``make_backend`` accepts: the built-in ones and those registered."""
-    return sorted(set(BACKENDS) | set(BUILTIN_BACKENDS))
+    return BACKENDS.names()
 
 
 def register_backend(
     name: str,
 ) -> Callable[[Callable[..., PolicyBackend]], Callable[..., PolicyBackend]]:
     """Register a backend factory under ``name``; duplicate names are refused."""
-
-    def decorator(factory: Callable[..., PolicyBackend]) -> Callable[..., PolicyBackend]:
-        if name in BACKENDS:
-            raise ValueError(f"backend {name!r} is already registered")
-        BACKENDS[name] = factory
-        return factory
-
-    return decorator
+    return BACKENDS.register(name)
 
 
 def make_backend(name: str, **kwargs: Any) -> PolicyBackend:
-    """Build the backend registered as ``name``.
-
-    Built-in backends live in ``marl.agents.backends.<name>`` and are imported on first use, so
-    that importing the package never pays for (or requires) vLLM.
-    """
-    if name not in BACKENDS and name in BUILTIN_BACKENDS:
-        import importlib
-
-        importlib.import_module(f"marl.agents.backends.{name}")
-    if name not in BACKENDS:
-        known = ", ".join(backend_names())
-        raise KeyError(f"backend: unknown backend {name!r}; known backends: {known}")
-    return BACKENDS[name](**kwargs)
+    """Build the backend registered as ``name`` (an unknown name raises a KeyError that lists
+    the known ones). A built-in backend's module is imported on first use, so that importing
+    the package never pays for (or requires) vLLM."""
+    return BACKENDS.lookup(name, key="backend")(**kwargs)

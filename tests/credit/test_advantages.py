@@ -128,7 +128,7 @@ def test_unknown_name_lists_known_names() -> None:
 
 
 def test_registered_estimator_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(adv_mod, "_ADVANTAGES", dict(adv_mod._ADVANTAGES))
+    monkeypatch.setattr(adv_mod, "ADVANTAGES", adv_mod.ADVANTAGES.copy())
 
     @register_advantage("test_rank")
     def rank(returns: torch.Tensor) -> torch.Tensor:
@@ -140,7 +140,7 @@ def test_registered_estimator_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_estimator_returning_wrong_shape_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(adv_mod, "_ADVANTAGES", dict(adv_mod._ADVANTAGES))
+    monkeypatch.setattr(adv_mod, "ADVANTAGES", adv_mod.ADVANTAGES.copy())
     register_advantage("test_bad")(lambda r: r.mean(dim=0))
     with pytest.raises(ValueError, match="'test_bad' returned shape"):
         compute_advantages(torch.ones(3, 2), "test_bad")

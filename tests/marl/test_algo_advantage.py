@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_module
 
 from marl.cli import _register_scenario_options
 from marl.config import AlgoConfig, Config, ConfigError, load_config
-from marl.credit.advantages import _ADVANTAGES, list_advantages, register_advantage
+from marl.credit.advantages import ADVANTAGES, list_advantages, register_advantage
 
 
 def load(*overrides: str) -> Config:
@@ -28,7 +28,7 @@ def centred() -> Iterator[str]:
     try:
         yield name
     finally:
-        _ADVANTAGES.pop(name, None)
+        ADVANTAGES.pop(name, None)
 
 
 def test_unknown_advantage_names_the_key_and_lists_the_registry() -> None:

@@ -89,7 +89,7 @@ def test_possible_values_still_load() -> None:
 @pytest.mark.subprocess
 def test_an_unknown_backend_lists_the_built_in_ones_without_importing_them() -> None:
     assert {"hf", "vllm"} <= set(backend_names())
-    with pytest.raises(KeyError, match="known backends: hf, vllm"):
+    with pytest.raises(KeyError, match="backend: unknown backend .bogus.; known: hf, vllm"):
         make_backend("bogus")
     code = (
         "import sys\n"
