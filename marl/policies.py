@@ -25,15 +25,9 @@ import torch
 
 from marl.agents.backends import Generation, PolicyBackend, SamplingConfig, make_backend
 from marl.agents.models import ModelSpec, load_model
-from marl.config import Config, LoraSettings, ModelConfig
-from marl.learner import Learner, LearnerSettings
+from marl.config import Config, LoraSettings
+from marl.learner import Learner, LearnerSettings, UpdateSettings
 from marl.policy_map import PolicyPlan, PolicySpec
-
-
-def model_spec(config: Config | ModelConfig) -> ModelSpec:
-    """The agents-layer model spec of a config (or of one model config)."""
-    m = config.model if isinstance(config, Config) else config
-    return ModelSpec(**dataclasses.asdict(m))  # ModelConfig's fields are a subset of ModelSpec's
 
 
 def sampling_config(config: Config) -> SamplingConfig:
@@ -42,32 +36,28 @@ def sampling_config(config: Config) -> SamplingConfig:
     return SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p)
 
 
-def build_backend(config: Config, model: ModelConfig | None = None, **kwargs: Any) -> PolicyBackend:
+def build_backend(config: Config, model: ModelSpec | None = None, **kwargs: Any) -> PolicyBackend:
     """Load a model (the run's, or ``model``) and wrap it in the configured backend."""
-    loaded, tokenizer = load_model(model_spec(model or config.model))
+    loaded, tokenizer = load_model(model or config.model)
     return make_backend(config.backend, model=loaded, tokenizer=tokenizer, **kwargs)
 
 
 def learner_settings(
     config: Config, lr: float | None = None, beta: float | None = None
 ) -> LearnerSettings:
-    """The update hyper-parameters of ``config.algo`` (``lr``/``beta`` per policy)."""
-    a, s = config.algo, config.sampling
+    """The learner's settings: ``config.algo``'s update fields (``lr``/``beta`` per policy) and
+    the sampling distribution of ``config.sampling`` (temperature 0, greedy, counts as 1)."""
+    update = {f.name: getattr(config.algo, f.name) for f in dataclasses.fields(UpdateSettings)}
+    if lr is not None:
+        update["lr"] = lr
+    if beta is not None:
+        update["beta"] = beta
+    s = config.sampling
     return LearnerSettings(
-        lr=a.lr if lr is None else lr,
-        weight_decay=a.weight_decay,
-        max_grad_norm=a.max_grad_norm,
-        clip_eps=a.clip_eps,
-        clip_eps_high=a.clip_eps_high,
-        beta=a.beta if beta is None else beta,
-        level=a.level,
-        aggregation=a.aggregation,
-        epochs=a.epochs,
-        minibatch_size=a.minibatch_size,
+        **update,
         temperature=s.temperature or 1.0,
         top_p=s.top_p,
         max_new_tokens=s.max_new_tokens,
-        max_nonfinite_updates=a.max_nonfinite_updates,
     )
 
 
@@ -226,9 +216,9 @@ def _adapter_active(model: Any, adapter: str | None) -> Iterator[None]:
 
 
 def _backend(
-    config: Config, model: ModelConfig, device: str | None, **kwargs: Any
+    config: Config, model: ModelSpec, device: str | None, **kwargs: Any
 ) -> PolicyBackend:
-    loaded, tokenizer = load_model(model_spec(model))
+    loaded, tokenizer = load_model(model)
     if device is not None:
         loaded = loaded.to(device)
     return make_backend(config.backend, model=loaded, tokenizer=tokenizer, **kwargs)
@@ -254,7 +244,7 @@ class PolicyLearner:
         self.spec = spec
         self.colocated = model is not None
         if model is None:
-            model, tokenizer = load_model(model_spec(spec.model))
+            model, tokenizer = load_model(spec.model)
             if device is not None:
                 model = model.to(device)
             if spec.lora is not None:

@@ -26,7 +26,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from marl.config import Config, ConfigError, LoraSettings, ModelConfig, PolicyConfig
+from marl.agents.models import ModelSpec
+from marl.config import Config, ConfigError, LoraSettings, PolicyConfig
 
 SHARED = "shared"
 _ID = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -38,7 +39,7 @@ class PolicySpec:
     """One resolved policy: every setting filled in, and the agents that play it."""
 
     id: str
-    model: ModelConfig
+    model: ModelSpec
     lora: LoraSettings | None
     trainable: bool
     num_gpus: float | None  # as requested; None = one per trainable policy where GPUs exist

@@ -99,7 +99,7 @@ def test_chat_template_renders_chatml_with_generation_prompt() -> None:
 def test_model_spec_rejects_bad_fields() -> None:
     with pytest.raises(ValueError, match="model.path"):
         ModelSpec(kind="hf")
-    with pytest.raises(ValueError, match="divisible"):
+    with pytest.raises(ValueError, match="model.hidden_size: must be num_heads"):
         ModelSpec(hidden_size=30, num_heads=4)
     with pytest.raises(ValueError, match="model.kind"):
         ModelSpec(kind="gpt")  # type: ignore[arg-type]
