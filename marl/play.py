@@ -1,4 +1,11 @@
-"""``marl play``: one episode of a scenario, printed as a readable transcript."""
+"""``marl play``: one episode of a scenario, printed as a readable transcript.
+
+With ``agents=llm`` the agents play the same policies ``marl train`` would build for them:
+``sharing``, ``policies`` and ``policy_map`` are resolved by :func:`marl.policy_map.plan_for`
+and the inference side is :class:`marl.policies.InferencePolicies` (a backend per full policy,
+one shared base with an adapter per LoRA policy), so every agent generates with its own
+policy, in one batched call per policy and round.
+"""
 
 from __future__ import annotations
 
@@ -23,22 +30,25 @@ def play_scripted(scenario: str, bot: str, seed: int, overrides: dict | None = N
 
 
 def play_llm(cfg: DictConfig) -> str:
-    """Play one episode with the configured model for every agent; returns the transcript."""
-    from marl.policies import build_backend, sampling_config
+    """Play one episode with the configured policies (as ``marl train`` builds them, before any
+    update); returns the transcript."""
+    from marl.policies import InferencePolicies, sampling_config
+    from marl.policy_map import plan_for
     from marl.rollout import EpisodeSlot, run_episodes
     from marl.seeding import seed_everything
 
     config = load_config(cfg)
+    plan = plan_for(config)  # checked against the scenario's agents before any model loads
     seed_everything(config.seed)
     env = make(config.scenario.name, **config.scenario.overrides)
-    backend = build_backend(config)
+    policies = InferencePolicies(plan, config)
     env.reset(seed=config.seed)
     header = render_header(env)
     slot = EpisodeSlot(env=env, seed=config.seed, group_id=0, episode_id=0)
     run_episodes(
         [slot],
-        {"shared": backend},
-        lambda agent: "shared",
+        policies.backends,
+        plan.policy_of,
         sampling_config(config),
         seed=config.seed,
         response_prefix=config.sampling.response_prefix,
