@@ -110,11 +110,25 @@ def _check_policy(key: str, policy: PolicyConfig) -> None:
 
 @dataclass
 class ScenarioConfig:
-    """Which scenario to play. ``name``: a registered name (``signal``, ``relay-v0``) or a path
-    to a YAML file. ``overrides``: deep-merged into the scenario YAML (``episode: {rounds: 6}``)."""
+    """Which scenario to play.
+
+    name:         a registered name (``signal``, ``relay-v0``) or a path to a YAML file.
+    overrides:    deep-merged into the scenario YAML (``episode: {rounds: 6}``).
+    rules_module: a Python module of your own to import before the scenario is read (its
+                  ``@register_rules``, bots, topologies and shaping kinds register themselves),
+                  as the YAML key ``rules_module`` does; it becomes
+                  ``overrides.rules_module``. Importing runs its code: name only modules you
+                  trust (README, "Trust model"). It must be importable in every process that
+                  builds environments (an installed package, or on PYTHONPATH).
+    """
 
     name: str = "signal"
     overrides: dict[str, Any] = field(default_factory=dict)
+    rules_module: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.rules_module is not None:
+            self.overrides = {**self.overrides, "rules_module": self.rules_module}
 
 
 @dataclass

@@ -215,9 +215,7 @@ def _adapter_active(model: Any, adapter: str | None) -> Iterator[None]:
         yield
 
 
-def _backend(
-    config: Config, model: ModelSpec, device: str | None, **kwargs: Any
-) -> PolicyBackend:
+def _backend(config: Config, model: ModelSpec, device: str | None, **kwargs: Any) -> PolicyBackend:
     loaded, tokenizer = load_model(model)
     if device is not None:
         loaded = loaded.to(device)

@@ -9,13 +9,14 @@ deep-copied by the environment's snapshot, so it must be plain data plus ``self.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from marl.protocols.registry import Registry
-from marl.scenarios.spec import Problem
+from marl.scenarios.spec import Problem, short
 
 RULES: Registry[str, type[Rules]] = Registry("rules")
 
@@ -140,3 +141,28 @@ def register_rules(name: str) -> Callable[[type[Rules]], type[Rules]]:
         return RULES.add(name, cls)
 
     return decorator
+
+
+def import_rules_module(name: object) -> list[Problem]:
+    """Import the module a scenario names in ``rules_module`` (its rules, bots, topologies or
+    shaping kinds register themselves on import); the problems, if it cannot be.
+
+    Importing runs the module's code: a scenario file or config may name only modules the user
+    trusts (README, "Trust model"). The name must be an absolute dotted module name that
+    Python's import path already reaches (an installed package, or a directory on
+    PYTHONPATH); no file path is accepted and nothing is added to the path.
+    """
+    if not (isinstance(name, str) and name and all(p.isidentifier() for p in name.split("."))):
+        return [
+            Problem(
+                "rules_module",
+                f"must be a dotted Python module name such as my_pkg.my_rules, got {short(name)}",
+            )
+        ]
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's module is reported
+        lines = str(exc).splitlines()
+        reason = f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+        return [Problem("rules_module", f"cannot import {name!r}: {reason}")]
+    return []

@@ -43,8 +43,9 @@ TOP_LEVEL_KEYS = {
     "reward",
     "system_prompt",
     "params",
+    "rules_module",
 }
-GRAPH_KEYS = {"topology", "directed", "edges", "center", "p", "seed", "rewire_every"}
+GRAPH_KEYS = {"topology", "directed", "edges", "center", "p", "seed", "rewire_every", "params"}
 MESSAGE_KEYS = {"max_chars", "max_per_round", "noise"}
 NOISE_KEYS = {"drop", "corrupt"}
 EPISODE_KEYS = {"rounds", "lenient_actions"}
@@ -204,8 +205,11 @@ def _describe(hint: object) -> str:
     return words.get(hint, getattr(hint, "__name__", str(hint)))  # type: ignore[call-overload]
 
 
-def _param_type_problems(params_cls: type, params: Mapping) -> list[Problem]:
-    """``params.<key>`` values whose type does not match the rules' ``Params`` annotation.
+def _param_type_problems(
+    params_cls: type, params: Mapping, prefix: str = "params"
+) -> list[Problem]:
+    """``<prefix>.<key>`` values whose type does not match the ``Params`` annotation (of the
+    rules, or of a topology with ``prefix="graph.params"``).
 
     An annotation that cannot be resolved (a name that exists only under ``TYPE_CHECKING``, or
     a typo) is a problem of the rules, reported here rather than skipped: the values given
@@ -219,7 +223,7 @@ def _param_type_problems(params_cls: type, params: Mapping) -> list[Problem]:
         owner = getattr(params_cls, "__qualname__", repr(params_cls))
         return [
             Problem(
-                "params",
+                prefix,
                 f"cannot check the values: the annotations of {owner} do not resolve "
                 f"({type(exc).__name__}: {exc}); annotate with names the rules module "
                 "defines or imports at its top level",
@@ -230,7 +234,7 @@ def _param_type_problems(params_cls: type, params: Mapping) -> list[Problem]:
         hint = hints.get(key) if isinstance(key, str) else None
         if hint is not None and not _type_ok(value, hint):
             problems.append(
-                Problem(f"params.{_key(key)}", f"must be {_describe(hint)}, got {short(value)}")
+                Problem(f"{prefix}.{_key(key)}", f"must be {_describe(hint)}, got {short(value)}")
             )
     return problems
 
@@ -283,17 +287,62 @@ def _skeleton(name: str) -> str:
     return unicodedata.normalize("NFKC", name).casefold().translate(_LOOKALIKE)
 
 
+def _topology_param_problems(topology: object, graph: Mapping) -> list[Problem]:
+    """Problems of ``graph.params``: the parameters of a topology registered with a ``params``
+    dataclass (names, simple types, required fields)."""
+    raw = graph.get("params")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        return [Problem("graph.params", f"must be a mapping, got {type(raw).__name__}")]
+    if not (isinstance(topology, str) and topology in TOPOLOGIES):
+        return []  # the unknown topology is reported on its own
+    params_cls = TOPOLOGIES[topology].params
+    if params_cls is None:
+        if not raw:
+            return []
+        return [Problem("graph.params", f"topology {topology!r} takes no parameters")]
+    fields = dataclasses.fields(params_cls)
+    allowed = {f.name for f in fields}
+    problems = [
+        Problem(
+            f"graph.params.{_key(key)}",
+            f"unknown parameter for topology {topology!r} (allowed: "
+            f"{', '.join(sorted(allowed)) or 'none'})",
+        )
+        for key in raw
+        if key not in allowed
+    ]
+    problems += _param_type_problems(params_cls, raw, prefix="graph.params")
+    for f in fields:
+        no_default = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if no_default and f.name not in raw:
+            problems.append(Problem(f"graph.params.{f.name}", f"required by topology {topology!r}"))
+    return problems
+
+
+def topology_params(topology: str, raw: Mapping | None) -> dict[str, Any]:
+    """A valid ``graph.params`` with the topology's defaults filled in (empty if it has none)."""
+    params_cls = TOPOLOGIES[topology].params
+    if params_cls is None:
+        return {}
+    return dataclasses.asdict(params_cls(**dict(raw or {})))
+
+
 def validate_scenario(data: object, rules_params: set[str] | None = None) -> list[Problem]:
     """Every problem with a scenario document; an empty list means it is valid.
 
     ``rules_params``: when the rules are known, the parameter names they accept.
     """
-    from marl.scenarios.rules import RULES  # late import: rules modules import this one
+    # late import: rules modules import this one
+    from marl.scenarios.rules import RULES, import_rules_module
 
     problems: list[Problem] = []
     if not isinstance(data, Mapping):
         return [Problem("", f"a scenario must be a YAML mapping, got {type(data).__name__}")]
     problems += _unknown_keys(data, TOP_LEVEL_KEYS, "")
+    if data.get("rules_module") is not None:  # imported first: it may register the rules
+        problems += import_rules_module(data["rules_module"])
 
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -378,6 +427,7 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
                 TOPOLOGIES.unknown_message(topology, shown=short(topology)),
             )
         )
+    problems += _topology_param_problems(topology, graph)
     if "directed" in graph and not isinstance(graph["directed"], bool):
         problems.append(Problem("graph.directed", "must be true or false"))
     if "center" in graph and not (
@@ -688,6 +738,7 @@ def spec_from_dict(data: Mapping, source: str = "") -> ScenarioSpec:
     reward = dict(data.get("reward") or {})
     rules_cls = RULES[data["rules"]]
     params = dataclasses.asdict(rules_cls.Params(**(data.get("params") or {})))
+    topology = graph.get("topology", rules_cls.info.default_topology)
     return ScenarioSpec(
         name=data["name"],
         rules=data["rules"],
@@ -695,13 +746,14 @@ def spec_from_dict(data: Mapping, source: str = "") -> ScenarioSpec:
         description=data.get("description", ""),
         roles=dict(data.get("roles") or {}),
         graph=GraphSpec(
-            topology=graph.get("topology", rules_cls.info.default_topology),
+            topology=topology,
             directed=graph.get("directed", False),
             edges=tuple(tuple(e) for e in graph.get("edges", [])),
             center=graph.get("center"),
             p=float(graph.get("p", 0.5)),
             seed=graph.get("seed"),
             rewire_every=graph.get("rewire_every", 0),
+            params=topology_params(topology, graph.get("params")),
         ),
         budget=MessageBudget(**messages),
         noise=ChannelNoise(**{k: float(v) for k, v in noise.items()}),

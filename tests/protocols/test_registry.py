@@ -57,9 +57,7 @@ def test_a_lazy_name_is_known_before_import_and_imported_on_lookup() -> None:
         "assert 'marl.agents.backends.hf' in sys.modules and 'hf' in BACKENDS\n"
         "print(factory.__name__)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "HFBackend"
 

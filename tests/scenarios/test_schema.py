@@ -74,14 +74,14 @@ BROKEN = [
         broken(colour="red"),
         [
             "colour: unknown key (allowed: agents, description, episode, graph, messages, name, "
-            "params, reward, roles, rules, system_prompt)"
+            "params, reward, roles, rules, rules_module, system_prompt)"
         ],
     ),
     (
         broken(graph__colour="red"),
         [
-            "graph.colour: unknown key (allowed: center, directed, edges, p, rewire_every, seed, "
-            "topology)"
+            "graph.colour: unknown key (allowed: center, directed, edges, p, params, rewire_every, "
+            "seed, topology)"
         ],
     ),
     (broken(name=None), ["name: required, a non-empty string such as 'signal-v0'"]),
