@@ -128,12 +128,12 @@ def _train_task(cfg) -> None:  # noqa: ANN001
 
 def _guarded(fn: Callable[[], object]) -> None:
     """Run ``fn``; user errors print one clear message and exit 2 instead of a traceback."""
-    from marl.errors import user_errors
+    from marl.errors import remote_cause, user_errors
 
     try:
         fn()
-    except user_errors() as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except user_errors() as exc:  # under Ray, the actor's error without its remote traceback
+        print(f"error: {remote_cause(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -21,6 +21,24 @@ _LAZY = (
 )
 
 
+def remote_cause(exc: BaseException) -> BaseException:
+    """The exception a remote call raised, unwrapped from Ray's wrapper.
+
+    ``ray.get`` re-raises an actor's exception as ``RayTaskError(<its class>)``: still an
+    instance of the original class, but its text is the remote traceback. Its ``cause`` is the
+    original exception, whose message is the one line a user should see, the same as without
+    Ray. Any other exception is returned as it is.
+    """
+    seen: set[int] = set()
+    while type(exc).__module__.startswith("ray.") and id(exc) not in seen:
+        seen.add(id(exc))
+        cause = getattr(exc, "cause", None)
+        if not isinstance(cause, BaseException):
+            break
+        exc = cause
+    return exc
+
+
 def user_errors() -> tuple[type[BaseException], ...]:
     """Every error class that means "the user can fix this", among those loaded so far."""
     errors: list[type[BaseException]] = [ScenarioError, RunError, FileNotFoundError]

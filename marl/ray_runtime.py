@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from marl.config import Config, ConfigError, RayConfig
-from marl.errors import RunError
+from marl.errors import RunError, remote_cause
 from marl.policies import PolicyLearner
 from marl.policy_map import PolicyPlan, assign_gpus
 from marl.rollout import RolloutResult
@@ -392,7 +392,13 @@ class RayRuntime:
             self.learners[pid].update.remote(self.plan.turns_of(turns, pid))  # type: ignore[union-attr]
             for pid in ids
         ]
-        return dict(zip(ids, ray.get(futures)))
+        try:
+            return dict(zip(ids, ray.get(futures)))
+        except RayTaskError as err:  # a learner's own error (NonFiniteUpdateError): as locally
+            cause = remote_cause(err)
+            if isinstance(cause, RunError):
+                raise cause from None
+            raise
 
     def sync(self) -> None:
         """Each learner puts its weights in the object store once; every worker loads them."""
