@@ -169,7 +169,9 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4, help="episodes per seed (GRPO group)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16")
-    parser.add_argument("--minibatch", type=int, default=4, help="turns per gradient step")
+    parser.add_argument(
+        "--minibatch", type=int, default=4, help="turns per optimizer step (algo.minibatch_size)"
+    )
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")

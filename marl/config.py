@@ -380,7 +380,9 @@ class Config:
 
     agents:  ``llm`` (the model plays) or ``scripted`` (the ``bot`` plays every agent).
     bot:     scripted bot name (``random`` fits every scenario; ``rule`` where one exists).
-    backend: policy backend for generation (``hf``).
+    backend: policy backend for generation, a name in the backend registry
+             (:func:`marl.agents.backends.register_backend`): ``hf`` (the default) or ``vllm``
+             built in, or one you registered.
     seed:    seeds every random generator; the same seed gives the same run on CPU.
     resume:  path of a checkpoint directory to continue from.
     resume_allow_scenario_change: resume a checkpoint trained on another scenario (refused
