@@ -1,0 +1,200 @@
+"""relay-v0 with SmolLM2: does counterfactual credit beat the team reward on a relay over a line?
+
+Four agents on the line alice - bob - carol - dave each hold one digit of a code; dave must
+submit the whole code in the last of four rounds. The team reward is the share of digits dave
+gets right, so every agent is paid the same and the team reward hides who relayed. Each credit
+method trains one shared SmolLM2-135M policy from the base model (RL alone, no warm-up: the
+warm-up would teach the relay itself) with the same seeds:
+
+  team        plain GRPO on the team reward
+  difference  difference rewards: an agent's credit is the team reward minus the team reward
+              of the same episode re-simulated with its messages removed (credit/estimators.py)
+  shapley     Shapley values over the agents' messages (optional: ``--methods``)
+
+Measured per run from its own TensorBoard events: digits delivered per episode (4 x
+``team/reward``) at the first iteration and over the last ``--last``, and the first iteration
+whose ``--last``-iteration moving average reaches ``--target`` digits (``-`` if never).
+
+    .venv/bin/python bench/relay_credit.py                        # 2 methods x 3 seeds
+    .venv/bin/python bench/relay_credit.py --seeds 0 --steps 2    # a quick look
+
+Writes ``bench/results/relay_credit/{summary.json,table.md,curves.png}``. Each run is a
+``marl train`` subprocess, one at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import fmean
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from communication import interval, read_scalars  # noqa: E402  (bench helpers, same folder)
+
+ROOT = Path(__file__).resolve().parent.parent
+REWARD = "team/reward"
+DIGITS = 4  # relay-v0: one digit per agent
+
+
+def train_args(method: str, seed: int, args: argparse.Namespace, run_dir: Path) -> list[str]:
+    """The ``marl train`` overrides of one run."""
+    return [
+        "model=smollm2",
+        "scenario=relay",
+        f"credit={method}",
+        f"seed={seed}",
+        "model.dtype=bfloat16",
+        "sampling.max_new_tokens=16",
+        "sampling.temperature=0.8",
+        "sampling.response_prefix=true",
+        f"algo.lr={args.lr}",
+        "algo.minibatch_size=32",
+        f"train.steps={args.steps}",
+        f"train.seeds_per_step={args.seeds_per_step}",
+        f"train.group_size={args.group_size}",
+        "train.checkpoint_every=0",
+        "logging.progress=false",
+        "logging.transcripts_every=4",
+        # dave both talks and answers, so no response head starts his reply: a prose answer
+        # still counts (with the malformed penalty), as in signal before the head
+        "+scenario.overrides={episode: {lenient_actions: true}}",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def run(method: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
+    """One training run; returns its scalar curves and wall time."""
+    run_dir = out / method / f"seed{seed}"
+    cmd = [str(ROOT / ".venv/bin/marl"), "train", *train_args(method, seed, args, run_dir)]
+    print(f"[{method} seed {seed}] {' '.join(cmd[1:])}", flush=True)
+    began = time.time()
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
+        raise SystemExit(f"run {method} seed {seed} failed (rc {proc.returncode})")
+    curves = read_scalars(run_dir / "tensorboard")
+    curves["wall_s"] = time.time() - began
+    digits = [DIGITS * v for v in curves.get(REWARD, [])]
+    print(f"[{method} seed {seed}] {curves['wall_s']:.0f} s; digits per step "
+          f"{[round(d, 2) for d in digits]}", flush=True)
+    return curves
+
+
+def steps_to_target(digits: list[float], target: float, window: int) -> int | None:
+    """The first iteration (1-based) whose trailing ``window``-iteration mean reaches
+    ``target``; None if none does."""
+    for i in range(window, len(digits) + 1):
+        if fmean(digits[i - window : i]) >= target:
+            return i
+    return None
+
+
+def summarise(results: dict, args: argparse.Namespace) -> dict:
+    """Start, end and steps-to-target per method, over seeds."""
+    table = {}
+    for method, runs in results.items():
+        curves = [[DIGITS * v for v in r.get(REWARD, [])] for r in runs]
+        curves = [c for c in curves if c]
+        if not curves:
+            continue
+        start = [c[0] for c in curves]
+        end = [fmean(c[-args.last :]) for c in curves]
+        hits = [steps_to_target(c, args.target, args.last) for c in curves]
+        table[method] = {
+            "seeds": len(curves),
+            "digits_start": interval(start),
+            "digits_end": interval(end),
+            "digits_end_per_seed": end,
+            "steps_to_target_per_seed": hits,
+            "reached": sum(h is not None for h in hits),
+            "wall_s": fmean(r["wall_s"] for r in runs),
+        }
+    return table
+
+
+def markdown(table: dict, args: argparse.Namespace) -> str:
+    """The result table in Markdown."""
+    lines = [
+        f"| credit | seeds | digits first iteration | digits last {args.last} | per seed (end) | "
+        f"iterations to {args.target:g} digits | s/run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for method, row in table.items():
+        (s, sh), (e, eh) = row["digits_start"], row["digits_end"]
+        hits = ", ".join("-" if h is None else str(h) for h in row["steps_to_target_per_seed"])
+        ends = ", ".join(f"{v:.2f}" for v in row["digits_end_per_seed"])
+        lines.append(
+            f"| {method} | {row['seeds']} | {s:.2f} ± {sh:.2f} | {e:.2f} ± {eh:.2f} | {ends} | "
+            f"{hits} | {row['wall_s']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> None:
+    """Digits delivered per iteration, mean over seeds with a 95% t-band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, runs in results.items():
+        curves = [[DIGITS * v for v in r.get(REWARD, [])] for r in runs if r.get(REWARD)]
+        if not curves:
+            continue
+        length = min(len(c) for c in curves)
+        stats = [interval([c[i] for c in curves]) for i in range(length)]
+        steps = range(1, length + 1)
+        ax.plot(steps, [m for m, _ in stats], label=method)
+        ax.fill_between(steps, [m - h for m, h in stats], [m + h for m, h in stats], alpha=0.15)
+    ax.axhline(DIGITS / 10, color="grey", linestyle=":", label="random digits")
+    ax.set_xlabel("RL iteration")
+    ax.set_ylabel("digits delivered (of 4)")
+    ax.set_title("relay-v0, SmolLM2-135M")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    """Run the experiment and write the results."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=["team", "difference"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--seeds-per-step", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--last", type=int, default=3, help="iterations averaged for the end")
+    parser.add_argument("--target", type=float, default=2.0, help="digits delivered")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=str(ROOT / "bench/results/relay_credit"))
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {m: [] for m in args.methods}
+    for seed in args.seeds:  # seed-major: a partial experiment still covers every method
+        for method in args.methods:
+            results[method].append(run(method, seed, args, out))
+            (out / "curves.json").write_text(json.dumps(results))
+    table = summarise(results, args)
+    load = os.getloadavg()
+    text = markdown(table, args)
+    print(text)
+    print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    (out / "summary.json").write_text(
+        json.dumps({"args": vars(args), "table": table, "load": load}, indent=2)
+    )
+    (out / "table.md").write_text(text + "\n")
+    plot(results, out / "curves.png")
+    print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
+
+
+if __name__ == "__main__":
+    main()
