@@ -27,20 +27,25 @@ formulas, estimators and references are in ``docs/emergence.md``; in short:
 - ``drift``: Jensen-Shannon divergence (bits) between the word distributions of consecutive
   logging steps.
 
-The pure functions take plain data (:class:`TalkTurn` lists, counters, recorded episodes);
-:func:`emergence_metrics` computes everything from a list of finished environments, and
-:class:`EmergenceTracker` keeps what ``marl train`` needs between steps (previous words, the last
-influence values) so that every tag is logged at every step, zeros included.
+The pure functions take plain data (:class:`TalkTurn` lists, counters, recorded episodes).
+:func:`emergence_episode` reads what they need off a finished environment, in the process that
+played it, into an :class:`EmergenceEpisode` (plain data that a rollout worker sends back);
+:func:`emergence_metrics` computes everything from a list of those (or of finished
+environments, read on the spot), and :class:`EmergenceTracker` keeps what ``marl train`` needs
+between steps (previous words, the last influence values) so that every tag is logged at every
+step, zeros included.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import random
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import Any
 
@@ -57,10 +62,12 @@ from marl.protocols.markup import parse_completion
 
 __all__ = [
     "INFLUENCE_METRICS",
+    "EmergenceEpisode",
     "EmergenceTracker",
     "TalkTurn",
     "corrected_mutual_information",
     "edge_key",
+    "emergence_episode",
     "emergence_metrics",
     "entropy_bits",
     "js_divergence_bits",
@@ -157,6 +164,46 @@ def talk_turns(env: Any, episode: int = 0) -> list[TalkTurn]:
 def episode_edges(env: Any) -> set[tuple[str, str]]:
     """Every directed edge the episode's graph had in some round."""
     return {e for g in _round_graphs(env) for e in g.edges()}
+
+
+@dataclass(frozen=True)
+class EmergenceEpisode:
+    """What the emergence metrics read of one finished episode: plain data, no environment.
+
+    talk:     its talk turns (:func:`talk_turns`, numbered episode 0).
+    edges:    every directed edge its graph had in some round, sorted.
+    contacts: ``(speaker, listener, round)`` of every delivery, in play order.
+    recorded: the episode as counterfactual re-simulation replays it.
+    """
+
+    agents: tuple[str, ...]
+    talk: tuple[TalkTurn, ...]
+    edges: tuple[tuple[str, str], ...]
+    contacts: tuple[tuple[str, str, int], ...]
+    recorded: RecordedEpisode
+
+
+def emergence_episode(env: Any, recorded: RecordedEpisode | None = None) -> EmergenceEpisode:
+    """Read a finished environment's :class:`EmergenceEpisode` (the env is not changed);
+    ``recorded`` is its :class:`RecordedEpisode` when the caller has one already."""
+    contacts = tuple(
+        (message.sender, v, message.round)
+        for turn in env.log
+        for message in turn.delivered
+        for v in message.receivers
+    )
+    return EmergenceEpisode(
+        agents=tuple(env.possible_agents),
+        talk=tuple(talk_turns(env)),
+        edges=tuple(sorted(episode_edges(env))),
+        contacts=contacts,
+        recorded=recorded if recorded is not None else RecordedEpisode.from_env(env),
+    )
+
+
+def _as_episodes(items: Sequence[Any]) -> list[EmergenceEpisode]:
+    """Episodes as data: finished environments are read on the spot."""
+    return [x if isinstance(x, EmergenceEpisode) else emergence_episode(x) for x in items]
 
 
 def _keys(turns: Iterable[TalkTurn]) -> Iterable[tuple[str, TalkTurn, str | None]]:
@@ -374,14 +421,15 @@ def _first_action_round(record: RecordedEpisode, listener: str, after: int) -> i
 
 
 def listener_influence(
-    envs: Sequence[Any],
+    episodes: Sequence[Any],
     engine: Resimulator,
     generate: Generate,
     samples: int = 2,
 ) -> dict[str, float]:
     """Causal influence of every speaker on every listener it reached, per edge and per agent.
 
-    For each episode and each agent u that delivered a message, ``samples`` branches replay the
+    ``episodes`` are :class:`EmergenceEpisode` s (or finished environments). For each episode
+    and each agent u that delivered a message, ``samples`` branches replay the
     episode with all of u's messages replaced by nothing (null). For each listener v of u:
 
     - ``influence_return``: v's recorded return minus its mean return over the null branches;
@@ -394,15 +442,17 @@ def listener_influence(
     """
     if samples < 2:
         raise ValueError(f"emergence.influence_samples: must be >= 2, got {samples}")
-    records = [RecordedEpisode.from_env(env, episode_id=i) for i, env in enumerate(envs)]
+    data = _as_episodes(episodes)
+    # fresh copies: the engine fills in their replay points, the caller's stay plain data
+    records = [
+        replace(ep.recorded, episode_id=i, group_id=0, points=None) for i, ep in enumerate(data)
+    ]
     pairs: dict[tuple[int, str, str], _Pair] = {}
-    for i, env in enumerate(envs):
-        for turn in env.log:
-            for message in turn.delivered:
-                for v in message.receivers:
-                    key = (i, message.sender, v)
-                    if key not in pairs:
-                        pairs[key] = _Pair(i, message.sender, v, message.round)
+    for i, ep in enumerate(data):
+        for sender, v, first_round in ep.contacts:
+            key = (i, sender, v)
+            if key not in pairs:
+                pairs[key] = _Pair(i, sender, v, first_round)
     branches: list[Branch] = []
     branch_of: dict[tuple[int, str], list[int]] = {}
     for i, u in sorted({(p.episode, p.speaker) for p in pairs.values()}):
@@ -442,8 +492,8 @@ def listener_influence(
             act = discrete_energy(factual, null)
         effects[key] = (act, ret)
     totals: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for i, env in enumerate(envs):
-        for u, v in sorted(episode_edges(env)):
+    for i, ep in enumerate(data):
+        for u, v in ep.edges:
             effect = effects.get((i, u, v), (0.0, 0.0))
             totals[edge_key(u, v)].append(effect)
             totals[u].append(effect)
@@ -455,12 +505,12 @@ def listener_influence(
 
 
 # --- everything at once -----------------------------------------------------------------------
-def _all_keys(envs: Sequence[Any]) -> set[str]:
+def _all_keys(episodes: Sequence[EmergenceEpisode]) -> set[str]:
     """Every agent and every edge key of these episodes."""
     keys: set[str] = set()
-    for env in envs:
-        keys.update(env.possible_agents)
-        keys.update(edge_key(u, v) for u, v in episode_edges(env))
+    for ep in episodes:
+        keys.update(ep.agents)
+        keys.update(edge_key(u, v) for u, v in ep.edges)
     return keys
 
 
@@ -475,7 +525,10 @@ def emergence_metrics(
     seed: int = 0,
     previous_words: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, float]:
-    """Every emergence metric of a list of finished environments, as ``emergence/...`` scalars.
+    """Every emergence metric of a list of finished episodes, as ``emergence/...`` scalars.
+
+    ``envs`` are :class:`EmergenceEpisode` s (what a rollout sends back) or finished
+    environments.
 
     Influence is measured when ``generate`` is given (scripted bots:
     ``marl.credit.responders.bot_generate(get_bot(rules, "rule"))``; LLM policies: the
@@ -501,9 +554,10 @@ def _measure(
     previous_words: Mapping[str, Mapping[str, float]] | None,
 ) -> tuple[dict[str, float], dict[str, Counter[str]]]:
     """:func:`emergence_metrics` plus this step's word distributions (for the next drift)."""
-    turns = [t for i, env in enumerate(envs) for t in talk_turns(env, i)]
+    episodes = _as_episodes(envs)
+    turns = [replace(t, episode=i) for i, ep in enumerate(episodes) for t in ep.talk]
     words = word_distributions(turns)
-    if not envs:
+    if not episodes:
         return {}, words
     values = message_metrics(turns)
     values.update(speaker_consistency(turns, permutations, seed))
@@ -511,15 +565,22 @@ def _measure(
         values.update(vocabulary_drift(previous_words, words))
     if generate is not None:
         if engine is None:
-            engine = Resimulator(envs[0], generate, env_factory=env_factory)
+            if env_factory is None and not isinstance(envs[0], EmergenceEpisode):
+                env_factory = functools.partial(copy.deepcopy, envs[0])
+            if env_factory is None:
+                raise ValueError(
+                    "emergence influence re-simulates episodes: pass env_factory= or engine= "
+                    "with episodes given as data"
+                )
+            engine = Resimulator(None, generate, env_factory=env_factory)
         engine.generate = generate
-        values.update(listener_influence(envs, engine, generate, influence_samples))
+        values.update(listener_influence(episodes, engine, generate, influence_samples))
     metrics = [*MESSAGE_METRICS, *CONSISTENCY_METRICS]
     metrics += ["drift"] if previous_words is not None else []
     metrics += list(INFLUENCE_METRICS) if generate is not None else []
     scalars = {
         f"{PREFIX}{key}/{name}": float(values.get(f"{key}/{name}", 0.0))
-        for key in sorted(_all_keys(envs))
+        for key in sorted(_all_keys(episodes))
         for name in metrics
     }
     return scalars, words
@@ -565,7 +626,9 @@ class EmergenceTracker:
         return step % n == 0 or (self.total_steps is not None and step + 1 == self.total_steps)
 
     def step(self, envs: Sequence[Any], step: int) -> dict[str, float]:
-        """The ``emergence/...`` scalars of one step's finished environments."""
+        """The ``emergence/...`` scalars of one step's finished episodes
+        (:class:`EmergenceEpisode` s, or finished environments)."""
+        envs = _as_episodes(envs)
         generate = None
         if self.measures_influence(step):
             assert self.generate_for is not None

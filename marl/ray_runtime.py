@@ -9,6 +9,10 @@ The trainer's process is the driver. It calls coarse methods on the actors:
   a bundle per learner (``{"CPU": ray.learner_num_cpus, "GPU": policies.<id>.num_gpus}``), so a
   run either gets every device it asked for or fails before it starts. Frozen policies get no
   learner and no GPU. ``ray.placement_strategy`` spreads or packs the bundles over nodes.
+- **Counterfactual credit** runs where the environments are: each worker re-simulates the
+  episodes it played (the driver sends back their recorded completions, plain data), forking
+  them on its own environment copies with its own policies' generation; the parts are merged
+  in group order. Environments never leave a worker.
 - **Updates** are submitted to every learner at once and gathered with one ``ray.get`` on the
   list: independent learners run concurrently.
 - **Sync**: after each update every learner publishes its weights (a LoRA policy only its
@@ -41,6 +45,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from marl.config import Config, ConfigError, RayConfig
+from marl.credit import CreditResult
+from marl.credit_phase import merge_credit
 from marl.errors import RunError
 from marl.policies import PolicyLearner
 from marl.policy_map import PolicyPlan, assign_gpus
@@ -384,6 +390,19 @@ class RayRuntime:
         """Play the iteration's groups on the workers."""
         return self.collect_rollout(self.submit_rollout(step))
 
+    def credit(self, step: int, rollout: RolloutResult) -> CreditResult:
+        """Counterfactual credit on every worker at once, each on the groups it played (the
+        same contiguous blocks as the rollout); merged in block order, which is the rollout's
+        episode order (:func:`marl.credit_phase.credit_phase` checks that it is)."""
+        blocks = split_groups(self.config.train.seeds_per_step, len(self.workers))
+        worker_of = {g: i for i, block in enumerate(blocks) for g in block}
+        episodes: dict[int, list[Any]] = {i: [] for i in range(len(blocks))}
+        for record in rollout.episodes:
+            episodes[worker_of[record.group_id]].append(record.recorded)
+        calls = [(i, "credit", (step, eps)) for i, eps in episodes.items() if eps]
+        parts = self._collect(self._submit(calls))
+        return merge_credit([parts[i] for i in sorted(parts)])
+
     def update(self, turns: Sequence[Any]) -> dict[str, dict[str, float]]:
         """Every learner on its own agents' turns, all at once; one ``ray.get`` on the list."""
         assert self.plan is not None or not self.learners
@@ -407,7 +426,7 @@ class RayRuntime:
         return self.call_worker(0, "evaluate", episodes, step)
 
     def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
-        """Re-simulation generation on worker 0."""
+        """Influence re-simulation generation (emergence metrics) on worker 0."""
         return self._collect(self._submit([(0, "credit_generate", (list(requests),))]))[0]
 
     def call_worker(self, index: int, method: str, *args: Any) -> Any:
@@ -477,7 +496,7 @@ def merge_rollouts(parts: Sequence[RolloutResult]) -> RolloutResult:
         merged.turns += part.turns
         merged.returns += part.returns
         merged.malformed += part.malformed
-        merged.slots += part.slots
+        merged.episodes += part.episodes
         merged.generate_calls += part.generate_calls
         merged.generated_tokens += part.generated_tokens
     return merged

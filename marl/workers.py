@@ -5,6 +5,10 @@ a group is normalised over never straddle two workers. What it plays is a pure f
 config, the step, the groups it is given and the weights it holds: a worker that dies can be
 replaced, given the current weights, and asked again for the same result. The same class runs
 in the trainer's own process (``ray.enabled=false``) and as a Ray actor.
+
+The environments never leave the worker: a rollout returns plain data (turn records and one
+:class:`~marl.episodes.EpisodeRecord` per episode), and counterfactual credit, which must step
+environments, runs here too (:meth:`RolloutWorker.credit`), on the episodes this worker played.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marl.config import Config, ConfigError
+from marl.credit import CreditResult, RecordedEpisode, Resimulator
 from marl.policy_map import PolicyPlan
 from marl.rollout import EpisodeSlot, RolloutResult
 from marl.scenarios.registry import make
@@ -50,12 +55,11 @@ def scripted_episodes(slots: Sequence[EpisodeSlot], bot: str, seed: int) -> Roll
     not depend on which worker plays which episode."""
     from marl.scenarios.bots import play_bot_episode
 
-    result = RolloutResult(slots=list(slots))
+    result = RolloutResult()
     for slot in slots:
-        env = slot.env
         rng = random.Random(f"{seed}:{slot.seed}:{slot.episode_id}:bot")
-        result.returns.append(play_bot_episode(env, bot, slot.seed, rng))
-        result.malformed.append(dict(env.malformed))
+        play_bot_episode(slot.env, bot, slot.seed, rng)
+        result.add_episode(slot)
     return result
 
 
@@ -75,6 +79,8 @@ class RolloutWorker:
         self.eval_envs: dict[int, Any] = {}  # the held-out evaluation's environments
         self.policies = None
         self._credit_generate = None
+        self._engine: Resimulator | None = None
+        self.credited = 0  # episodes this worker has computed counterfactual credit for
         if config.agents == "llm":
             if plan is None:
                 raise ConfigError("agents: llm agents need a policy plan")
@@ -152,8 +158,41 @@ class RolloutWorker:
         """The weight version held of each policy."""
         return dict(self.policies.versions) if self.policies is not None else {}
 
+    def credit(self, step: int, episodes: Sequence[RecordedEpisode]) -> CreditResult:
+        """Counterfactual credit (``config.credit``) of ``episodes``, the episodes of iteration
+        ``step`` that this worker played, re-simulated on its own environment copies with its
+        own policies' generation. A pure function of (step, episodes, weights): generation is
+        seeded by the step, so a replacement worker asked again returns the same credit."""
+        from marl.credit_phase import backend_generate, counterfactual_credit, credit_seed
+        from marl.policies import sampling_config
+
+        if self.policies is None or self.plan is None:
+            raise ConfigError("credit.name: counterfactual credit needs agents=llm")
+        if self._engine is None:
+            from marl.credit_phase import make_engine
+
+            c = self.config.scenario
+            self._engine = make_engine(
+                self.config.credit, lambda: make(c.name, **c.overrides), None
+            )
+            if self._engine is None:
+                raise ConfigError(
+                    f"credit.name: {self.config.credit.name!r} does not re-simulate episodes"
+                )
+        self._engine.generate = backend_generate(
+            self.policies.backends,
+            self.plan.policy_of,
+            sampling_config(self.config),
+            seed=credit_seed(self.config.seed, step),
+            response_prefix=self.config.sampling.response_prefix,
+        )
+        result = counterfactual_credit(self.config.credit, episodes, self._engine)
+        self.credited += len(episodes)
+        return result
+
     def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
-        """Batched generation for counterfactual re-simulation (one call per policy)."""
+        """Batched generation for the emergence metrics' influence re-simulation (one call per
+        policy)."""
         if self._credit_generate is None:
             raise ConfigError("credit.name: counterfactual credit needs agents=llm")
         return self._credit_generate(requests)
@@ -168,4 +207,4 @@ class RolloutWorker:
 
     def info(self) -> dict[str, Any]:
         """Where this worker runs."""
-        return {"index": self.index, "pid": os.getpid()}
+        return {"index": self.index, "pid": os.getpid(), "credited_episodes": self.credited}
