@@ -98,7 +98,7 @@ def table(results: list[dict[str, Any]]) -> str:
     base = next((r["credit_s"] for r in results if r["workers"] == 1), None)
     lines = [
         "| runtime | credit phase | speed-up | rollout | branches | generate calls | "
-        "episodes per worker | load avg (1 min) before/after |",
+        "episodes credited per worker (all steps) | load avg (1 min) before/after |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
