@@ -163,14 +163,17 @@ class RolloutWorker:
         ``step`` that this worker played, re-simulated on its own environment copies with its
         own policies' generation. A pure function of (step, episodes, weights): generation is
         seeded by the step, so a replacement worker asked again returns the same credit."""
-        from marl.credit_phase import backend_generate, counterfactual_credit, credit_seed
+        from marl.credit_phase import (
+            backend_generate,
+            counterfactual_credit,
+            credit_seed,
+            make_engine,
+        )
         from marl.policies import sampling_config
 
         if self.policies is None or self.plan is None:
             raise ConfigError("credit.name: counterfactual credit needs agents=llm")
-        if self._engine is None:
-            from marl.credit_phase import make_engine
-
+        if self._engine is None:  # one engine per worker: its env copies are reused
             c = self.config.scenario
             self._engine = make_engine(
                 self.config.credit, lambda: make(c.name, **c.overrides), None

@@ -144,3 +144,43 @@ def _slice(result: Any, index: range) -> Any:
         credit=[result.credit[k] for k in index],
         stats={"branches": len(index)},
     )
+
+
+@pytest.mark.slow
+def test_worker_credit_is_a_pure_function_of_step_and_episodes() -> None:
+    """What Ray's worker replacement relies on: a fresh worker, asked for the same step's
+    credit of the same episodes, returns exactly what the first one did (the generation of the
+    resamples is seeded by the step, not by how many calls the worker has made)."""
+    import torch
+
+    from marl.policy_map import plan_for
+    from marl.runtime import LocalRuntime
+
+    scenario = {"system_prompt": "", "agents": ["a0", "a1"], "params": {"target": "E"}}
+    config = load_config(
+        {
+            "scenario": {"name": "unison", "overrides": scenario},
+            "model": {"kind": "tiny"},
+            "sampling": {"max_new_tokens": 8},
+            "credit": {"name": "coma", "samples": 2, "keep_action": False},
+            "train": {"steps": 1, "seeds_per_step": 1, "group_size": 2},
+            "seed": 0,
+        }
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        first = LocalRuntime(config, plan_for(config))
+        rollout = first.rollout(0)
+        before = first.credit(0, rollout)
+        other = first.credit(1, rollout)  # another step's call in between
+        again = first.credit(0, rollout)
+        fresh = LocalRuntime(config, plan_for(config)).credit(
+            0, pickle.loads(pickle.dumps(rollout))
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert before.stats["samples"] > 0  # the resamples were generated
+    assert other.baseline != before.baseline  # other samples at another step: a seed shows
+    assert again.credit == before.credit and fresh.credit == before.credit
+    assert again.baseline == before.baseline == fresh.baseline
