@@ -2,8 +2,8 @@
 
 Both runtimes offer the same coarse methods, which :func:`marl.train.train` calls in order:
 ``rollout(step)``, ``credit(step, rollout)`` (counterfactual credit, where the environments
-are), ``update(turns)``, ``sync()``, plus ``credit_generate`` (generation for the emergence
-metrics' influence re-simulation), ``state()`` / ``load_state()`` (checkpoints) and
+are), ``update(turns)``, ``sync()``, plus ``influence`` (the emergence metrics' re-simulation,
+also where the environments are), ``state()`` / ``load_state()`` (checkpoints) and
 ``placement()``. What crosses between phases is plain data: a :class:`RolloutResult` holds turn
 records and episode records, never an environment.
 
@@ -50,8 +50,9 @@ class Runtime(Protocol):
         """Make every rollout worker hold every policy's newest weights."""
         ...
 
-    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
-        """Batched generation for the emergence metrics' influence re-simulation."""
+    def influence(self, step: int, episodes: Sequence[Any]) -> list[Any]:
+        """Listener influence of ``step``'s episodes (the rollout's emergence data, in order),
+        measured by the workers that played them; one effects dict per episode."""
         ...
 
     def state(self) -> dict[str, dict[str, Any]]:
@@ -146,9 +147,9 @@ class LocalRuntime:
             if not learner.colocated:
                 self.worker.load_weights(learner.weights())
 
-    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
-        """Influence re-simulation generation through the worker's backends."""
-        return self.worker.credit_generate(requests)
+    def influence(self, step: int, episodes: Sequence[Any]) -> list[Any]:
+        """Influence on the one worker, which played every episode."""
+        return self.worker.influence(step, list(episodes))
 
     def state(self) -> dict[str, dict[str, Any]]:
         """Every learner's checkpoint state."""

@@ -142,7 +142,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         placement_json = json.dumps(placement, indent=2, default=str)
         (run_dir / "placement.json").write_text(placement_json)
         logger.text("placement", f"```\n{placement_json}\n```", 0)
-        emergence = tracker_for(config, runtime.credit_generate)
+        emergence = tracker_for(config, runtime.influence)
         if resume is not None:
             emergence.load_state_dict(resume.get("emergence"))
         if start == 0 and config.warmup.steps > 0:
