@@ -12,6 +12,8 @@ that a0's credit varies, so the equalities below compare real, non-zero values.
   message in this one-round scenario needs no generation, so the comparison holds for any
   worker count. (Credit that generates, like the rollout itself, depends on how rows are
   batched, so it is equal for a fixed worker count, not across counts: docs/scaling.md.)
+- The emergence metrics' listener influence is measured the same way: each of two workers on
+  the episodes it played, exactly as one process measures those episodes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from marl.policy_map import plan_for  # noqa: E402
 from marl.ray_runtime import RayRuntime  # noqa: E402
 from marl.runtime import LocalRuntime  # noqa: E402
 from marl.scenarios.registry import make  # noqa: E402
+from marl.workers import RolloutWorker  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -116,3 +119,24 @@ def test_credit_is_spread_over_every_worker_and_equals_one_process(two_workers) 
     assert distributed.credit == alone.credit and distributed.baseline == alone.baseline
     assert distributed.stats["generate_calls"] == 0  # nothing generated: any worker count
     assert len(set(a0_credit(distributed))) > 1, "a0's credit should vary"
+
+
+def test_influence_is_measured_by_each_worker_on_its_own_episodes(two_workers) -> None:
+    scripted = {
+        **config({"name": "team"}, workers=2),
+        "agents": "scripted",
+        "bot": "rule",
+        "scenario": {"name": "signal", "overrides": {}},
+        "train": {"steps": 1, "seeds_per_step": 2, "group_size": 3},
+        "seed": 5,
+    }
+    loaded = load_config(scripted)
+    rt = RayRuntime(loaded, None)  # joins the module's session
+    try:
+        episodes = [record.emergence for record in rt.rollout(0).episodes]
+        remote = rt.influence(0, episodes)
+    finally:
+        rt.close()
+    here = RolloutWorker(loaded, None)  # one process, one group block at a time
+    assert remote == here.influence(0, episodes[:3]) + here.influence(0, episodes[3:])
+    assert any(a != 0.0 for effects in remote for a, _ in effects.values())  # listeners listen
