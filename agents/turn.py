@@ -15,7 +15,6 @@ class TurnRecord:
 
     agent: str
     policy_id: str
-    env_seed: int
     group_id: int  # index of the GRPO group (one scenario seed) within the iteration
     episode_id: int  # index of the episode within the iteration
     round: int

@@ -61,7 +61,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from marl.protocols.markup import parse_completion
+from marl.protocols.markup import IDLE_REPLY, parse_completion
 
 __all__ = [
     "REPLACEMENTS",
@@ -82,7 +82,6 @@ __all__ = [
 
 REPLACEMENTS = ("null", "default", "sample")
 MODES = ("regenerate", "keep_messages", "replay")
-IDLE_REPLY = "ACTION: wait"  # what an idle agent writes (it is never prompted), as in the rollout
 MAX_ROUNDS = 10_000  # a branch longer than this is a runaway environment
 
 
@@ -352,7 +351,8 @@ class Resimulator:
     """Runs batches of counterfactual branches of recorded episodes.
 
     env:            an environment of the scenario the episodes were played in; it is only
-                    copied (``copy.deepcopy``), never stepped itself.
+                    copied (``copy.deepcopy``), never stepped itself. ``None`` when
+                    ``env_factory`` is given.
     generate:       the batched generator (see :data:`Generate`); needed for ``"sample"``
                     replacements and for ``mode="regenerate"``.
     mode:           ``"regenerate"``, ``"keep_messages"`` or ``"replay"`` (module docstring).
@@ -366,7 +366,7 @@ class Resimulator:
 
     def __init__(
         self,
-        env: ForkableEnv,
+        env: ForkableEnv | None,
         generate: Generate | None = None,
         *,
         mode: str = "regenerate",
@@ -384,6 +384,8 @@ class Resimulator:
         self.keep_action = keep_action
         self.default_text = default_text
         self.max_concurrent = max_concurrent
+        if env is None and env_factory is None:
+            raise ValueError("Resimulator needs an environment to copy or an env_factory")
         self._factory = env_factory or (lambda: copy.deepcopy(env))
         self._pool: list[Any] = []
         self.stats = SimStats()

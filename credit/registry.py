@@ -187,7 +187,7 @@ def is_counterfactual(name: str) -> bool:
 
 def engine_for(
     config: CreditConfig,
-    env: ForkableEnv,
+    env: ForkableEnv | None,
     generate: Generate | None = None,
     env_factory: Callable[[], ForkableEnv] | None = None,
 ) -> Resimulator:

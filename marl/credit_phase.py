@@ -1,8 +1,12 @@
 """The credit phase of an iteration: returns -> (counterfactual) credit -> GRPO advantages.
 
-``credit=team`` is plain GRPO. The counterfactual methods re-simulate each episode through a
-:class:`~marl.credit.Resimulator` whose ``generate`` is the policy backend itself, so the
-counterfactual episodes are batched one call per round exactly like ordinary rollouts.
+``credit=team`` is plain GRPO, computed from the rollout's episode records alone. The
+counterfactual methods re-simulate episodes, so they run where the environments are: each
+rollout worker forks the episodes it played (:meth:`marl.workers.RolloutWorker.credit`), with a
+:class:`~marl.credit.Resimulator` whose ``generate`` is the worker's own policy backends
+(:func:`backend_generate`), batched one call per policy per round exactly like the rollout.
+What comes back is a :class:`~marl.credit.CreditResult` (plain data); :func:`merge_credit`
+joins the workers' parts, and :func:`credit_phase` turns credit into advantages and metrics.
 """
 
 from __future__ import annotations
@@ -13,8 +17,7 @@ from dataclasses import replace
 from statistics import fmean
 
 from marl.agents.backends import PolicyBackend, SamplingConfig
-from marl.agents.heads import head_ids, response_head
-from marl.agents.prompts import prompt_ids
+from marl.agents.generation import PromptRequest, generate_by_policy
 from marl.credit import (
     CreditConfig,
     CreditResult,
@@ -38,47 +41,85 @@ def backend_generate(
     response_prefix: bool = False,
 ) -> Callable[[Sequence[GenerationRequest]], list[list[str]]]:
     """The re-simulator's batched ``generate``: one backend call per policy per round. With
-    ``response_prefix`` replies start with their turn's head, exactly as in the rollout."""
+    ``response_prefix`` replies start with their turn's head, exactly as in the rollout. The
+    k-th call is seeded ``seed * 100_003 + k``."""
     calls = itertools.count()
 
     def generate(requests: Sequence[GenerationRequest]) -> list[list[str]]:
-        out: list[list[str]] = [[] for _ in requests]
-        by_policy: dict[str, list[int]] = {}
-        for k, request in enumerate(requests):
-            by_policy.setdefault(policy_of(request.agent), []).append(k)
-        call = next(calls)
-        for policy, indices in sorted(by_policy.items()):
-            tokenizer = backends[policy].tokenizer
-            prompts, owners = [], []
-            heads: dict[int, str] = {}
-            for k in indices:
-                ids = prompt_ids(
-                    tokenizer, requests[k].system_prompt, requests[k].observation, max_prompt_tokens
-                )
-                if response_prefix:
-                    heads[k] = response_head(requests[k].info)
-                    ids = ids + head_ids(tokenizer, heads[k])
-                prompts += [ids] * requests[k].n
-                owners += [k] * requests[k].n
-            generations = backends[policy].generate(
-                prompts, replace(sampling, n=1), seed=seed * 100_003 + call
-            )
-            for k, options in zip(owners, generations):
-                out[k].append(heads.get(k, "") + options[0].text)
-        return out
+        prompts = [
+            PromptRequest(r.agent, r.system_prompt, r.observation, r.info, r.n) for r in requests
+        ]
+        replies, _ = generate_by_policy(
+            backends,
+            policy_of,
+            prompts,
+            sampling,
+            seed * 100_003 + next(calls),
+            max_prompt_tokens=max_prompt_tokens,
+            response_prefix=response_prefix,
+        )
+        return [[reply.text for reply in options] for options in replies]
 
     return generate
+
+
+def credit_seed(run_seed: int, step: int) -> int:
+    """The seed of iteration ``step``'s counterfactual generation: a pure function of the run
+    seed and the step, so a worker asked again (or a resumed run) draws the same samples."""
+    return (run_seed + 7) * 1_000_003 + step
 
 
 def make_engine(
     credit: CreditConfig,
     env_factory: Callable[[], object],
-    generate: Callable[[Sequence[GenerationRequest]], list[list[str]]],
+    generate: Callable[[Sequence[GenerationRequest]], list[list[str]]] | None,
 ) -> Resimulator | None:
-    """One re-simulation engine for the whole run (its pool of env copies is reused)."""
+    """One re-simulation engine (its pool of env copies is reused across calls); None for a
+    method that does not re-simulate."""
     if not is_counterfactual(credit.name):
         return None
-    return engine_for(credit, env_factory(), generate, env_factory=env_factory)
+    return engine_for(credit, None, generate, env_factory=env_factory)  # type: ignore[arg-type]
+
+
+def counterfactual_credit(
+    credit: CreditConfig, episodes: Sequence[RecordedEpisode], engine: Resimulator
+) -> CreditResult:
+    """Credit of ``episodes`` by re-simulation through ``engine``, in the process that owns its
+    environments. The episodes are copied first, so the replay points the engine adds to them
+    (environment snapshots) never travel with the caller's records."""
+    copies = [replace(episode, points=None) for episode in episodes]
+    return compute_credit(credit, copies, engine=engine)
+
+
+def merge_credit(parts: Sequence[CreditResult]) -> CreditResult:
+    """One credit result from the workers' parts, episodes in the parts' order; the
+    re-simulation counters are summed."""
+    if not parts:
+        raise ValueError("merge_credit needs at least one part")
+
+    def joined(name: str) -> list | None:
+        values = [getattr(p, name) for p in parts]
+        if all(v is None for v in values):
+            return None
+        if any(v is None for v in values):
+            raise ValueError(f"credit parts disagree on whether they have {name!r}")
+        return [x for v in values for x in v]
+
+    stats: dict[str, int] = {}
+    for part in parts:
+        for key, value in part.stats.items():
+            stats[key] = stats.get(key, 0) + value
+    return CreditResult(
+        method=parts[0].method,
+        episode_ids=[e for p in parts for e in p.episode_ids],
+        group_ids=[g for p in parts for g in p.group_ids],
+        returns=[r for p in parts for r in p.returns],
+        credit=[c for p in parts for c in p.credit],
+        per_turn=joined("per_turn"),
+        baseline=joined("baseline"),
+        influence=joined("influence"),
+        stats=stats,
+    )
 
 
 def credit_phase(
@@ -87,17 +128,29 @@ def credit_phase(
     engine: Resimulator | None,
     advantage: str,
     bonuses: Sequence[dict[str, float]] | None = None,
+    *,
+    computed: CreditResult | None = None,
 ) -> tuple[CreditResult, dict[str, float]]:
     """Assign credit and advantages to the rollout's turn records; returns metrics.
 
-    ``bonuses`` (one per episode, in slot order) are the scenario's reward shaping
-    (:mod:`marl.outcomes`): each agent's bonus is added to its credit (to each of its per-turn
-    credits with ``credit.per_turn``) before the group normalisation."""
-    episodes = [
-        RecordedEpisode.from_env(s.env, episode_id=s.episode_id, group_id=s.group_id)
-        for s in rollout.slots
-    ]
-    result = compute_credit(credit, episodes, engine=engine)
+    The credit is ``computed`` when given (the workers' counterfactual credit, for the
+    rollout's episodes in order); otherwise it is computed here from the episode records, with
+    ``engine`` for a counterfactual method. ``bonuses`` (one per episode, in episode order) are
+    the scenario's reward shaping (:mod:`marl.outcomes`): each agent's bonus is added to its
+    credit (to each of its per-turn credits with ``credit.per_turn``) before the group
+    normalisation."""
+    if computed is None:
+        episodes = [record.recorded for record in rollout.episodes]
+        if engine is not None:
+            computed = counterfactual_credit(credit, episodes, engine)
+        else:
+            computed = compute_credit(credit, episodes)
+    elif computed.episode_ids != [record.episode_id for record in rollout.episodes]:
+        raise ValueError(
+            f"credit was computed for episodes {computed.episode_ids}, but the rollout has "
+            f"{[record.episode_id for record in rollout.episodes]}"
+        )
+    result = computed
     if bonuses is not None:
         _add_bonuses(result, bonuses)
     apply_credit(rollout.turns, result, advantage)

@@ -27,20 +27,25 @@ formulas, estimators and references are in ``docs/emergence.md``; in short:
 - ``drift``: Jensen-Shannon divergence (bits) between the word distributions of consecutive
   logging steps.
 
-The pure functions take plain data (:class:`TalkTurn` lists, counters, recorded episodes);
-:func:`emergence_metrics` computes everything from a list of finished environments, and
-:class:`EmergenceTracker` keeps what ``marl train`` needs between steps (previous words, the last
-influence values) so that every tag is logged at every step, zeros included.
+The pure functions take plain data (:class:`TalkTurn` lists, counters, recorded episodes).
+:func:`emergence_episode` reads what they need off a finished environment, in the process that
+played it, into an :class:`EmergenceEpisode` (plain data that a rollout worker sends back);
+:func:`emergence_metrics` computes everything from a list of those (or of finished
+environments, read on the spot), and :class:`EmergenceTracker` keeps what ``marl train`` needs
+between steps (previous words, the last influence values) so that every tag is logged at every
+step, zeros included.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import random
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import Any
 
@@ -57,12 +62,18 @@ from marl.protocols.markup import parse_completion
 
 __all__ = [
     "INFLUENCE_METRICS",
+    "Effects",
+    "EmergenceEpisode",
     "EmergenceTracker",
     "TalkTurn",
     "corrected_mutual_information",
+    "aggregate_influence",
     "edge_key",
+    "emergence_episode",
     "emergence_metrics",
     "entropy_bits",
+    "influence_effects",
+    "influence_generate",
     "js_divergence_bits",
     "listener_influence",
     "message_metrics",
@@ -157,6 +168,46 @@ def talk_turns(env: Any, episode: int = 0) -> list[TalkTurn]:
 def episode_edges(env: Any) -> set[tuple[str, str]]:
     """Every directed edge the episode's graph had in some round."""
     return {e for g in _round_graphs(env) for e in g.edges()}
+
+
+@dataclass(frozen=True)
+class EmergenceEpisode:
+    """What the emergence metrics read of one finished episode: plain data, no environment.
+
+    talk:     its talk turns (:func:`talk_turns`, numbered episode 0).
+    edges:    every directed edge its graph had in some round, sorted.
+    contacts: ``(speaker, listener, round)`` of every delivery, in play order.
+    recorded: the episode as counterfactual re-simulation replays it.
+    """
+
+    agents: tuple[str, ...]
+    talk: tuple[TalkTurn, ...]
+    edges: tuple[tuple[str, str], ...]
+    contacts: tuple[tuple[str, str, int], ...]
+    recorded: RecordedEpisode
+
+
+def emergence_episode(env: Any, recorded: RecordedEpisode | None = None) -> EmergenceEpisode:
+    """Read a finished environment's :class:`EmergenceEpisode` (the env is not changed);
+    ``recorded`` is its :class:`RecordedEpisode` when the caller has one already."""
+    contacts = tuple(
+        (message.sender, v, message.round)
+        for turn in env.log
+        for message in turn.delivered
+        for v in message.receivers
+    )
+    return EmergenceEpisode(
+        agents=tuple(env.possible_agents),
+        talk=tuple(talk_turns(env)),
+        edges=tuple(sorted(episode_edges(env))),
+        contacts=contacts,
+        recorded=recorded if recorded is not None else RecordedEpisode.from_env(env),
+    )
+
+
+def _as_episodes(items: Sequence[Any]) -> list[EmergenceEpisode]:
+    """Episodes as data: finished environments are read on the spot."""
+    return [x if isinstance(x, EmergenceEpisode) else emergence_episode(x) for x in items]
 
 
 def _keys(turns: Iterable[TalkTurn]) -> Iterable[tuple[str, TalkTurn, str | None]]:
@@ -373,15 +424,22 @@ def _first_action_round(record: RecordedEpisode, listener: str, after: int) -> i
     return None
 
 
+Effects = dict[tuple[str, str], tuple[float, float]]
+"""One episode's influence: ``(speaker, listener) -> (influence_action, influence_return)`` for
+every pair in which the speaker delivered to the listener."""
+
+
 def listener_influence(
-    envs: Sequence[Any],
+    episodes: Sequence[Any],
     engine: Resimulator,
     generate: Generate,
     samples: int = 2,
 ) -> dict[str, float]:
-    """Causal influence of every speaker on every listener it reached, per edge and per agent.
+    """Causal influence of every speaker on every listener it reached, per edge and per agent:
+    :func:`aggregate_influence` of :func:`influence_effects`.
 
-    For each episode and each agent u that delivered a message, ``samples`` branches replay the
+    ``episodes`` are :class:`EmergenceEpisode` s (or finished environments). For each episode
+    and each agent u that delivered a message, ``samples`` branches replay the
     episode with all of u's messages replaced by nothing (null). For each listener v of u:
 
     - ``influence_return``: v's recorded return minus its mean return over the null branches;
@@ -392,17 +450,33 @@ def listener_influence(
     Each edge u->v averages over the episodes where the edge existed (an episode in which u sent
     v nothing, or v never acted after it, counts 0); the agent key averages over all its edges.
     """
+    data = _as_episodes(episodes)
+    return aggregate_influence(data, influence_effects(data, engine, generate, samples))
+
+
+def influence_effects(
+    episodes: Sequence[Any],
+    engine: Resimulator,
+    generate: Generate,
+    samples: int = 2,
+) -> list[Effects]:
+    """Each episode's :data:`Effects`, from ``samples`` null branches per speaker (re-simulated
+    through ``engine``, all episodes batched together) and one placebo sample per listener
+    (see :func:`listener_influence`). Runs where environments can be built: a rollout worker
+    measures the episodes it played."""
     if samples < 2:
         raise ValueError(f"emergence.influence_samples: must be >= 2, got {samples}")
-    records = [RecordedEpisode.from_env(env, episode_id=i) for i, env in enumerate(envs)]
+    data = _as_episodes(episodes)
+    # fresh copies: the engine fills in their replay points, the caller's stay plain data
+    records = [
+        replace(ep.recorded, episode_id=i, group_id=0, points=None) for i, ep in enumerate(data)
+    ]
     pairs: dict[tuple[int, str, str], _Pair] = {}
-    for i, env in enumerate(envs):
-        for turn in env.log:
-            for message in turn.delivered:
-                for v in message.receivers:
-                    key = (i, message.sender, v)
-                    if key not in pairs:
-                        pairs[key] = _Pair(i, message.sender, v, message.round)
+    for i, ep in enumerate(data):
+        for sender, v, first_round in ep.contacts:
+            key = (i, sender, v)
+            if key not in pairs:
+                pairs[key] = _Pair(i, sender, v, first_round)
     branches: list[Branch] = []
     branch_of: dict[tuple[int, str], list[int]] = {}
     for i, u in sorted({(p.episode, p.speaker) for p in pairs.values()}):
@@ -426,8 +500,8 @@ def listener_influence(
         texts = generate([r for _, r in placebo])
         for (pair, _), options in zip(placebo, texts):
             pair.placebo = list(options)[0]
-    effects: dict[tuple[int, str, str], tuple[float, float]] = {}
-    for key, pair in pairs.items():
+    effects: list[Effects] = [{} for _ in data]
+    for (i, u, v), pair in pairs.items():
         record = records[pair.episode]
         v, t = pair.listener, pair.action_round
         nulls = [outcomes[b] for b in pair.branches]
@@ -440,11 +514,22 @@ def listener_influence(
                 for o in nulls
             ]
             act = discrete_energy(factual, null)
-        effects[key] = (act, ret)
+        effects[i][(u, v)] = (act, ret)
+    return effects
+
+
+def aggregate_influence(
+    episodes: Sequence[EmergenceEpisode], effects: Sequence[Effects]
+) -> dict[str, float]:
+    """``<key>/influence_action`` and ``<key>/influence_return`` per edge and per agent: each
+    edge averages over the episodes in which it existed (0 where nothing was measured), each
+    agent over all its edges."""
+    if len(effects) != len(episodes):
+        raise ValueError(f"influence: {len(effects)} effects for {len(episodes)} episodes")
     totals: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for i, env in enumerate(envs):
-        for u, v in sorted(episode_edges(env)):
-            effect = effects.get((i, u, v), (0.0, 0.0))
+    for ep, mine in zip(episodes, effects):
+        for u, v in ep.edges:
+            effect = mine.get((u, v), (0.0, 0.0))
             totals[edge_key(u, v)].append(effect)
             totals[u].append(effect)
     out: dict[str, float] = {}
@@ -455,12 +540,12 @@ def listener_influence(
 
 
 # --- everything at once -----------------------------------------------------------------------
-def _all_keys(envs: Sequence[Any]) -> set[str]:
+def _all_keys(episodes: Sequence[EmergenceEpisode]) -> set[str]:
     """Every agent and every edge key of these episodes."""
     keys: set[str] = set()
-    for env in envs:
-        keys.update(env.possible_agents)
-        keys.update(edge_key(u, v) for u, v in episode_edges(env))
+    for ep in episodes:
+        keys.update(ep.agents)
+        keys.update(edge_key(u, v) for u, v in ep.edges)
     return keys
 
 
@@ -475,15 +560,18 @@ def emergence_metrics(
     seed: int = 0,
     previous_words: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, float]:
-    """Every emergence metric of a list of finished environments, as ``emergence/...`` scalars.
+    """Every emergence metric of a list of finished episodes, as ``emergence/...`` scalars.
+
+    ``envs`` are :class:`EmergenceEpisode` s (what a rollout sends back) or finished
+    environments.
 
     Influence is measured when ``generate`` is given (scripted bots:
-    ``marl.credit.responders.bot_generate(get_bot(rules, "rule"))``; LLM policies: the
-    runtime's ``credit_generate``), re-simulating through ``engine`` (its ``generate`` is set to
-    ``generate``) or a new :class:`Resimulator` over environments from ``env_factory``
-    (default: deep copies of ``envs[0]``). Drift is measured against ``previous_words`` (a
-    :func:`word_distributions` result) when given. Every agent and every edge gets every metric
-    measured, zeros included.
+    ``marl.credit.responders.bot_generate(get_bot(rules, "rule"))``; LLM policies:
+    :func:`marl.credit_phase.backend_generate`), re-simulating through ``engine`` (its
+    ``generate`` is set to ``generate``) or a new :class:`Resimulator` over environments from
+    ``env_factory`` (default: deep copies of ``envs[0]``). Drift is measured against
+    ``previous_words`` (a :func:`word_distributions` result) when given. Every agent and every
+    edge gets every metric measured, zeros included.
     """
     return _measure(
         envs, generate, env_factory, engine, influence_samples, permutations, seed, previous_words
@@ -499,11 +587,14 @@ def _measure(
     permutations: int,
     seed: int,
     previous_words: Mapping[str, Mapping[str, float]] | None,
+    effects: Sequence[Effects] | None = None,
 ) -> tuple[dict[str, float], dict[str, Counter[str]]]:
-    """:func:`emergence_metrics` plus this step's word distributions (for the next drift)."""
-    turns = [t for i, env in enumerate(envs) for t in talk_turns(env, i)]
+    """:func:`emergence_metrics` plus this step's word distributions (for the next drift).
+    ``effects``: influence measured elsewhere (by the rollout workers), used as it is."""
+    episodes = _as_episodes(envs)
+    turns = [replace(t, episode=i) for i, ep in enumerate(episodes) for t in ep.talk]
     words = word_distributions(turns)
-    if not envs:
+    if not episodes:
         return {}, words
     values = message_metrics(turns)
     values.update(speaker_consistency(turns, permutations, seed))
@@ -511,24 +602,42 @@ def _measure(
         values.update(vocabulary_drift(previous_words, words))
     if generate is not None:
         if engine is None:
-            engine = Resimulator(envs[0], generate, env_factory=env_factory)
+            if env_factory is None and not isinstance(envs[0], EmergenceEpisode):
+                env_factory = functools.partial(copy.deepcopy, envs[0])
+            if env_factory is None:
+                raise ValueError(
+                    "emergence influence re-simulates episodes: pass env_factory= or engine= "
+                    "with episodes given as data"
+                )
+            engine = Resimulator(None, generate, env_factory=env_factory)
         engine.generate = generate
-        values.update(listener_influence(envs, engine, generate, influence_samples))
+        values.update(listener_influence(episodes, engine, generate, influence_samples))
+    elif effects is not None:
+        values.update(aggregate_influence(episodes, effects))
     metrics = [*MESSAGE_METRICS, *CONSISTENCY_METRICS]
     metrics += ["drift"] if previous_words is not None else []
-    metrics += list(INFLUENCE_METRICS) if generate is not None else []
+    measured = generate is not None or effects is not None
+    metrics += list(INFLUENCE_METRICS) if measured else []
     scalars = {
         f"{PREFIX}{key}/{name}": float(values.get(f"{key}/{name}", 0.0))
-        for key in sorted(_all_keys(envs))
+        for key in sorted(_all_keys(episodes))
         for name in metrics
     }
     return scalars, words
 
 
+InfluenceFn = Callable[[int, Sequence[EmergenceEpisode]], Sequence[Effects]]
+"""``(step, episodes) -> each episode's influence effects``: how ``marl train`` measures
+influence, on the rollout workers that hold the environments (``runtime.influence``)."""
+
+
 class EmergenceTracker:
     """The emergence metrics of each training step, with what they need between steps.
 
-    generate_for:   step -> the batched ``generate`` for influence at that step (None: never).
+    env_factory:    builds an environment of the scenario, for influence measured here.
+    generate_for:   step -> the batched ``generate`` for influence measured here at that step.
+    influence_for:  measures influence elsewhere instead (:data:`InfluenceFn`); with neither,
+                    influence is never measured.
     influence_every: measure influence at step 0, every this many steps and at the last
                     step (0: never). Between measurements the last values are logged again,
                     and ``emergence/influence_fresh`` says whether this step measured (1) or not.
@@ -537,9 +646,10 @@ class EmergenceTracker:
 
     def __init__(
         self,
-        env_factory: Callable[[], Any],
+        env_factory: Callable[[], Any] | None,
         generate_for: Callable[[int], Generate] | None,
         *,
+        influence_for: InfluenceFn | None = None,
         influence_every: int = 1,
         influence_samples: int = 2,
         permutations: int = 20,
@@ -548,6 +658,7 @@ class EmergenceTracker:
     ) -> None:
         self.env_factory = env_factory
         self.generate_for = generate_for
+        self.influence_for = influence_for
         self.influence_every = influence_every
         self.influence_samples = influence_samples
         self.permutations = permutations
@@ -560,20 +671,23 @@ class EmergenceTracker:
     def measures_influence(self, step: int) -> bool:
         """Whether influence is measured at ``step`` (0-based)."""
         n = self.influence_every
-        if self.generate_for is None or n <= 0:
+        if (self.generate_for is None and self.influence_for is None) or n <= 0:
             return False
         return step % n == 0 or (self.total_steps is not None and step + 1 == self.total_steps)
 
     def step(self, envs: Sequence[Any], step: int) -> dict[str, float]:
-        """The ``emergence/...`` scalars of one step's finished environments."""
+        """The ``emergence/...`` scalars of one step's finished episodes
+        (:class:`EmergenceEpisode` s, or finished environments)."""
+        envs = _as_episodes(envs)
         generate = None
-        if self.measures_influence(step):
-            assert self.generate_for is not None
+        effects = None
+        if self.measures_influence(step) and self.influence_for is not None:
+            effects = list(self.influence_for(step, envs))
+        elif self.measures_influence(step):
+            assert self.generate_for is not None and self.env_factory is not None
             generate = self.generate_for(step)
             if self.engine is None:
-                self.engine = Resimulator(
-                    self.env_factory(), generate, env_factory=self.env_factory
-                )
+                self.engine = Resimulator(None, generate, env_factory=self.env_factory)
         values, words = _measure(
             envs,
             generate,
@@ -583,16 +697,18 @@ class EmergenceTracker:
             self.permutations,
             self.seed * 1_000_003 + step,
             self.words or {},
+            effects,
         )
         self.words = {k: dict(c) for k, c in words.items()}
-        if generate is None:  # not measured this step (or never): the last values, else 0
+        measured = generate is not None or effects is not None
+        if not measured:  # not measured this step (or never): the last values, else 0
             for key in _all_keys(envs):
                 for name in INFLUENCE_METRICS:
                     tag = f"{PREFIX}{key}/{name}"
                     values[tag] = self.last.get(tag, 0.0)
         for tag in self.last:  # a tag logged before but without data now: 0, never a gap
             values.setdefault(tag, 0.0)
-        values[f"{PREFIX}influence_fresh"] = 1.0 if generate is not None else 0.0
+        values[f"{PREFIX}influence_fresh"] = 1.0 if measured else 0.0
         self.last = dict(values)
         return values
 
@@ -607,35 +723,33 @@ class EmergenceTracker:
             self.last = dict(state.get("last") or {})
 
 
-def tracker_for(config: Any, credit_generate: Generate | None) -> EmergenceTracker:
-    """The tracker ``marl train`` uses for ``config`` (a :class:`marl.config.Config`).
-
-    Scripted agents respond through their bot (seeded by the run seed and the step); LLM agents
-    through ``credit_generate`` (the runtime's batched generation).
-    """
+def influence_generate(config: Any, step: int) -> Generate | None:
+    """The batched ``generate`` of influence at ``step`` for scripted agents: their bot, seeded
+    by the run seed and the step (LLM agents generate with their policies: the worker's)."""
+    if config.agents != "scripted":
+        return None
     from marl.credit.responders import bot_generate
     from marl.scenarios.bots import get_bot
     from marl.scenarios.registry import make
 
+    rules = make(config.scenario.name, **config.scenario.overrides).spec.rules
+    return bot_generate(get_bot(rules, config.bot), seed=config.seed * 1_000_003 + step)
+
+
+def tracker_for(config: Any, influence_for: InfluenceFn | None) -> EmergenceTracker:
+    """The tracker ``marl train`` uses for ``config`` (a :class:`marl.config.Config`).
+
+    Influence is measured by ``influence_for`` (the runtime's ``influence``: each rollout worker
+    re-simulates the episodes it played), by default at every step for scripted agents and
+    every 10 steps for LLM agents (``emergence.influence_every``).
+    """
     e = config.emergence
-
-    def env_factory() -> Any:
-        return make(config.scenario.name, **config.scenario.overrides)
-
-    generate_for: Callable[[int], Generate] | None
-    if config.agents == "scripted":
-        bot = get_bot(env_factory().spec.rules, config.bot)
-        every = 1 if e.influence_every is None else e.influence_every
-
-        def generate_for(step: int) -> Generate:
-            return bot_generate(bot, seed=config.seed * 1_000_003 + step)
-    else:
-        every = 10 if e.influence_every is None else e.influence_every
-        generate_for = (lambda step: credit_generate) if credit_generate is not None else None
+    default = 1 if config.agents == "scripted" else 10
     return EmergenceTracker(
-        env_factory,
-        generate_for,
-        influence_every=every,
+        None,
+        None,
+        influence_for=influence_for,
+        influence_every=default if e.influence_every is None else e.influence_every,
         influence_samples=e.influence_samples,
         permutations=e.permutations,
         seed=config.seed,

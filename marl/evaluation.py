@@ -18,8 +18,8 @@ from typing import Any
 def evaluation_metrics(rollout: Any) -> dict[str, float]:
     """``eval/success`` (when the scenario defines it), ``eval/reward``, per-agent rewards and
     the share of malformed replies, from a finished evaluation rollout."""
-    out: dict[str, float] = {"eval/episodes": float(len(rollout.slots))}
-    successes = [s.env.rules.success() for s in rollout.slots]
+    out: dict[str, float] = {"eval/episodes": float(len(rollout.episodes))}
+    successes = [record.success for record in rollout.episodes]
     if successes and all(v is not None for v in successes):
         out["eval/success"] = fmean(successes)  # type: ignore[arg-type]
     per_agent: dict[str, list[float]] = defaultdict(list)

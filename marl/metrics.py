@@ -1,4 +1,6 @@
-"""Turn a rollout into the numbers a researcher watches: per agent, per edge, per policy."""
+"""Turn a rollout into the numbers a researcher watches: per agent, per edge, per policy.
+
+A function of the rollout's data (turn records and episode records), not of environments."""
 
 from __future__ import annotations
 
@@ -35,12 +37,12 @@ def rollout_metrics(rollout: RolloutResult) -> dict[str, float]:
         logprobs = [lp for t in turns for lp in t.logprobs]
         # -mean log p of the sampled tokens: a Monte-Carlo estimate of the policy's entropy
         out[f"policies/{policy}/entropy_proxy"] = -fmean(logprobs) if logprobs else 0.0
-    episodes = max(len(rollout.slots), 1)
+    episodes = max(len(rollout.episodes), 1)
     edges: Counter[tuple[str, str]] = Counter()
     kinds: Counter[str] = Counter()
-    for slot in rollout.slots:
-        edges.update(slot.env.router.edge_counts)
-        kinds.update(slot.env.router.counts)
+    for record in rollout.episodes:
+        edges.update(record.edge_counts)
+        kinds.update(record.message_counts)
     for (u, v), count in sorted(edges.items()):
         out[f"comm/edges/{u}->{v}"] = count / episodes
     for kind, count in sorted(kinds.items()):

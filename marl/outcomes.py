@@ -4,7 +4,8 @@
 YAML (:mod:`marl.scenarios.shaping`) adds a bonus to each agent's credit before the advantage
 normalisation; it is logged under ``team/shaped_reward`` and ``shaping/<kind>/*``, so curves of
 runs with different schedules stay comparable. ``team/success`` is the scenario's own notion of
-success (``Rules.success``), e.g. an exact pick in signal, when it has one.
+success (``Rules.success``), e.g. an exact pick in signal, when it has one. Everything here is
+a function of the rollout's episode records (:mod:`marl.episodes`).
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ from marl.scenarios.shaping import shaping_bonus, shaping_scores
 
 
 def episode_bonuses(rollout: Any, step: int) -> list[dict[str, float]] | None:
-    """Each episode's shaping bonus per agent at iteration ``step``, in ``rollout.slots`` order;
-    ``None`` when the scenario declares no shaping."""
-    if not rollout.slots:
+    """Each episode's shaping bonus per agent at iteration ``step``, in ``rollout.episodes``
+    order; ``None`` when the scenario declares no shaping."""
+    if not rollout.episodes:
         return None
-    terms = rollout.slots[0].env.spec.shaping
+    terms = rollout.episodes[0].shaping
     if not terms:
         return None
     replied = _replied(rollout)
     return [
-        shaping_bonus(slot.env.log, terms, step, replied.get(slot.episode_id, set()))
-        for slot in rollout.slots
+        shaping_bonus(record.log, terms, step, replied.get(record.episode_id, set()))
+        for record in rollout.episodes
     ]
 
 
@@ -47,18 +48,18 @@ def outcome_metrics(
     Every tag the scenario can have is logged at every step, zeros included (a shaping term
     that has ended logs weight 0, not nothing)."""
     out: dict[str, float] = {}
-    slots = rollout.slots
-    successes = [s.env.rules.success() for s in slots]
+    records = rollout.episodes
+    successes = [record.success for record in records]
     if successes and all(v is not None for v in successes):
         out["team/success"] = fmean(successes)  # type: ignore[arg-type]
-    if not slots:
+    if not records:
         return out
-    terms = slots[0].env.spec.shaping
+    terms = records[0].shaping
     if not terms:
         return out
     shaped = []
-    for slot, bonus in zip(slots, bonuses or [{} for _ in slots]):
-        returns = slot.env.returns
+    for record, bonus in zip(records, bonuses or [{} for _ in records]):
+        returns = record.returns
         shaped.append(fmean(returns[a] + bonus.get(a, 0.0) for a in returns))
     out["team/shaped_reward"] = fmean(shaped)
     replied = _replied(rollout)
@@ -66,9 +67,9 @@ def outcome_metrics(
     for kind in kinds:
         out[f"shaping/{kind}/weight"] = sum(t.weight_at(step) for t in terms if t.kind == kind)
         per_episode = []
-        for slot in slots:
-            mine = replied.get(slot.episode_id, set())
-            log = [t for t in slot.env.log if (t.round, t.agent) in mine]
+        for record in records:
+            mine = replied.get(record.episode_id, set())
+            log = [t for t in record.log if (t.round, t.agent) in mine]
             scores = shaping_scores(log, [kind])[kind]
             if scores:
                 per_episode.append(fmean(scores.values()))

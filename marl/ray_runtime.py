@@ -9,6 +9,11 @@ The trainer's process is the driver. It calls coarse methods on the actors:
   a bundle per learner (``{"CPU": ray.learner_num_cpus, "GPU": policies.<id>.num_gpus}``), so a
   run either gets every device it asked for or fails before it starts. Frozen policies get no
   learner and no GPU. ``ray.placement_strategy`` spreads or packs the bundles over nodes.
+- **Counterfactual credit** (and the emergence metrics' influence) runs where the
+  environments are: each worker re-simulates the episodes it played (the driver sends back
+  their recorded completions, plain data), forking them on its own environment copies with its
+  own policies' generation; the parts are merged in group order. Environments never leave a
+  worker: what comes back from a rollout is turn records and episode records.
 - **Updates** are submitted to every learner at once and gathered with one ``ray.get`` on the
   list: independent learners run concurrently.
 - **Sync**: after each update every learner publishes its weights (a LoRA policy only its
@@ -41,6 +46,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from marl.config import Config, ConfigError, RayConfig
+from marl.credit import CreditResult
+from marl.credit_phase import merge_credit
 from marl.errors import RunError, remote_cause
 from marl.policies import PolicyLearner
 from marl.policy_map import PolicyPlan, assign_gpus
@@ -384,6 +391,19 @@ class RayRuntime:
         """Play the iteration's groups on the workers."""
         return self.collect_rollout(self.submit_rollout(step))
 
+    def credit(self, step: int, rollout: RolloutResult) -> CreditResult:
+        """Counterfactual credit on every worker at once, each on the groups it played (the
+        same contiguous blocks as the rollout); merged in block order, which is the rollout's
+        episode order (:func:`marl.credit_phase.credit_phase` checks that it is)."""
+        blocks = split_groups(self.config.train.seeds_per_step, len(self.workers))
+        worker_of = {g: i for i, block in enumerate(blocks) for g in block}
+        episodes: dict[int, list[Any]] = {i: [] for i in range(len(blocks))}
+        for record in rollout.episodes:
+            episodes[worker_of[record.group_id]].append(record.recorded)
+        calls = [(i, "credit", (step, eps)) for i, eps in episodes.items() if eps]
+        parts = self._collect(self._submit(calls))
+        return merge_credit([parts[i] for i in sorted(parts)])
+
     def update(self, turns: Sequence[Any]) -> dict[str, dict[str, float]]:
         """Every learner on its own agents' turns, all at once; one ``ray.get`` on the list."""
         assert self.plan is not None or not self.learners
@@ -412,9 +432,27 @@ class RayRuntime:
         """The held-out evaluation on worker 0 (it holds every policy's newest weights)."""
         return self.call_worker(0, "evaluate", episodes, step)
 
-    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
-        """Re-simulation generation on worker 0."""
-        return self._collect(self._submit([(0, "credit_generate", (list(requests),))]))[0]
+    def influence(self, step: int, episodes: Sequence[Any]) -> list[Any]:
+        """Influence on every worker at once, each on the episodes of the groups it played
+        (``episodes`` in rollout order); the parts joined in that order."""
+        t = self.config.train
+        if len(episodes) != t.seeds_per_step * t.group_size:
+            raise ValueError(
+                f"influence: {len(episodes)} episodes, but a step plays "
+                f"{t.seeds_per_step} x {t.group_size}"
+            )
+        blocks = split_groups(t.seeds_per_step, len(self.workers))
+        calls = [
+            (
+                i,
+                "influence",
+                (step, list(episodes[b[0] * t.group_size : (b[-1] + 1) * t.group_size])),
+            )
+            for i, b in enumerate(blocks)
+            if b
+        ]
+        parts = self._collect(self._submit(calls))
+        return [effects for i in sorted(parts) for effects in parts[i]]
 
     def call_worker(self, index: int, method: str, *args: Any) -> Any:
         """Call one worker method (replacing the worker if it died); for tools and tests."""
@@ -483,7 +521,7 @@ def merge_rollouts(parts: Sequence[RolloutResult]) -> RolloutResult:
         merged.turns += part.turns
         merged.returns += part.returns
         merged.malformed += part.malformed
-        merged.slots += part.slots
+        merged.episodes += part.episodes
         merged.generate_calls += part.generate_calls
         merged.generated_tokens += part.generated_tokens
     return merged

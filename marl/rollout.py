@@ -3,7 +3,9 @@
 Every live agent of every environment that maps to the same policy is prompted together, so a
 round of B x G episodes with N agents costs one ``backend.generate`` call per policy. Each
 completion becomes a :class:`~marl.agents.turn.TurnRecord`; when an episode ends, every record
-of an agent gets that agent's episode return.
+of an agent gets that agent's episode return, and the episode itself becomes an
+:class:`~marl.episodes.EpisodeRecord`. The result is plain data: the environments stay in the
+process that played them.
 """
 
 from __future__ import annotations
@@ -12,17 +14,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from marl.agents.backends import PolicyBackend, SamplingConfig
-from marl.agents.heads import head_ids, response_head
-from marl.agents.prompts import prompt_ids
+from marl.agents.generation import PromptRequest, generate_by_policy
 from marl.agents.turn import TurnRecord
+from marl.episodes import EpisodeRecord, record_episode
+from marl.protocols.markup import IDLE_REPLY
 from marl.scenarios.base import TextScenarioEnv
-
-IDLE_REPLY = "ACTION: wait"
 
 
 @dataclass
 class EpisodeSlot:
-    """One environment in a rollout batch, with its place in the GRPO layout."""
+    """One environment in a rollout batch, with its place in the GRPO layout. A slot lives in
+    the process that plays it; what leaves that process is the episode's record."""
 
     env: TextScenarioEnv
     seed: int
@@ -32,14 +34,25 @@ class EpisodeSlot:
 
 @dataclass
 class RolloutResult:
-    """Everything a batch of episodes produced."""
+    """Everything a batch of episodes produced, as plain data (no environment inside).
+
+    episodes: one :class:`~marl.episodes.EpisodeRecord` per episode, in slot order;
+              ``returns`` and ``malformed`` repeat their returns and malformed counts.
+    """
 
     turns: list[TurnRecord] = field(default_factory=list)
     returns: list[dict[str, float]] = field(default_factory=list)  # per episode, per agent
     malformed: list[dict[str, int]] = field(default_factory=list)
-    slots: list[EpisodeSlot] = field(default_factory=list)
+    episodes: list[EpisodeRecord] = field(default_factory=list)
     generate_calls: int = 0
     generated_tokens: int = 0
+
+    def add_episode(self, slot: EpisodeSlot) -> None:
+        """Record ``slot``'s finished episode."""
+        record = record_episode(slot.env, slot.episode_id, slot.group_id)
+        self.returns.append(record.returns)
+        self.malformed.append(record.malformed)
+        self.episodes.append(record)
 
 
 def run_episodes(
@@ -51,14 +64,14 @@ def run_episodes(
     max_prompt_tokens: int | None = None,
     response_prefix: bool = False,
 ) -> RolloutResult:
-    """Play every slot's episode to the end and return the turn records.
+    """Play every slot's episode to the end and return the turn records and episode records.
 
     ``policy_of(agent)`` names the policy an agent uses; ``backends[policy]`` generates for it.
     ``seed`` seeds generation, round by round, so a rollout is reproducible. With
     ``response_prefix`` each reply starts with the head its turn needs (:mod:`marl.agents.heads`):
     the head's tokens end the prompt, and the environment gets ``head + generated text``.
     """
-    result = RolloutResult(slots=list(slots))
+    result = RolloutResult()
     observations, infos = [], []
     for slot in slots:
         obs, info = slot.env.reset(seed=slot.seed)
@@ -67,52 +80,53 @@ def run_episodes(
     pending: list[list[TurnRecord]] = [[] for _ in slots]
     round_index = 0
     while any(slot.env.agents for slot in slots):
-        requests: dict[str, list[tuple[int, str, list[int]]]] = {}
-        heads: dict[tuple[int, str], str] = {}
+        requests: list[PromptRequest] = []
+        owners: list[tuple[int, str]] = []
         completions: dict[int, dict[str, str]] = {i: {} for i in range(len(slots))}
         for i, slot in enumerate(slots):
             for agent in slot.env.agents:
                 if slot.env.is_idle(agent):  # nothing to say or do: no generation, no record
                     completions[i][agent] = IDLE_REPLY
                     continue
-                policy = policy_of(agent)
-                tokenizer = backends[policy].tokenizer
-                ids = prompt_ids(
-                    tokenizer,
-                    slot.env.system_prompt(agent),
-                    observations[i][agent],
-                    max_prompt_tokens,
-                )
-                if response_prefix:
-                    head = heads[(i, agent)] = response_head(infos[i].get(agent))
-                    ids = ids + head_ids(tokenizer, head)
-                requests.setdefault(policy, []).append((i, agent, ids))
-        for policy, batch in sorted(requests.items()):
-            generations = backends[policy].generate(
-                [ids for _, _, ids in batch], sampling, seed=seed * 100_003 + round_index
-            )
-            result.generate_calls += 1
-            for (i, agent, ids), options in zip(batch, generations):
-                gen = options[0]
-                text = heads.get((i, agent), "") + gen.text
-                completions[i][agent] = text
-                result.generated_tokens += len(gen.response_ids)
-                slot = slots[i]
-                pending[i].append(
-                    TurnRecord(
-                        agent=agent,
-                        policy_id=policy,
-                        env_seed=slot.seed,
-                        group_id=slot.group_id,
-                        episode_id=slot.episode_id,
-                        round=slot.env.round,
-                        prompt_ids=list(ids),
-                        response_ids=list(gen.response_ids),
-                        logprobs=list(gen.logprobs),
-                        mask=[1] * len(gen.response_ids),
-                        text=text,
+                requests.append(
+                    PromptRequest(
+                        agent,
+                        slot.env.system_prompt(agent),
+                        observations[i][agent],
+                        infos[i].get(agent),
                     )
                 )
+                owners.append((i, agent))
+        replies, calls = generate_by_policy(
+            backends,
+            policy_of,
+            requests,
+            sampling,
+            seed * 100_003 + round_index,
+            max_prompt_tokens=max_prompt_tokens,
+            response_prefix=response_prefix,
+        )
+        result.generate_calls += calls
+        order = sorted(range(len(requests)), key=lambda k: policy_of(requests[k].agent))
+        for k in order:  # records in the order they were generated: policy by policy
+            (i, agent), (reply,) = owners[k], replies[k]
+            completions[i][agent] = reply.text
+            result.generated_tokens += len(reply.response_ids)
+            slot = slots[i]
+            pending[i].append(
+                TurnRecord(
+                    agent=agent,
+                    policy_id=reply.policy_id,
+                    group_id=slot.group_id,
+                    episode_id=slot.episode_id,
+                    round=slot.env.round,
+                    prompt_ids=reply.prompt_ids,
+                    response_ids=reply.response_ids,
+                    logprobs=reply.logprobs,
+                    mask=[1] * len(reply.response_ids),
+                    text=reply.text,
+                )
+            )
         for i, slot in enumerate(slots):
             if not slot.env.agents:
                 continue
@@ -127,6 +141,5 @@ def run_episodes(
             turn.reward = returns[turn.agent]
             turn.parse_ok = (turn.round, turn.agent) not in parse_failed
         result.turns += pending[i]
-        result.returns.append(returns)
-        result.malformed.append(slot.env.malformed)
+        result.add_episode(slot)
     return result

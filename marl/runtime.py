@@ -1,8 +1,11 @@
 """Where the phases of an iteration run: in the trainer's own process, or on Ray.
 
 Both runtimes offer the same coarse methods, which :func:`marl.train.train` calls in order:
-``rollout(step)``, ``update(turns)``, ``sync()``, plus ``credit_generate`` (re-simulation for
-counterfactual credit), ``state()`` / ``load_state()`` (checkpoints) and ``placement()``.
+``rollout(step)``, ``credit(step, rollout)`` (counterfactual credit, where the environments
+are), ``update(turns)``, ``sync()``, plus ``influence`` (the emergence metrics' re-simulation,
+also where the environments are), ``state()`` / ``load_state()`` (checkpoints) and
+``placement()``. What crosses between phases is plain data: a :class:`RolloutResult` holds turn
+records and episode records, never an environment.
 
 :class:`LocalRuntime` (``ray.enabled=false``, the default) keeps one rollout worker and every
 learner in this process. A full-model policy's learner trains the worker's own model in place,
@@ -17,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from marl.config import Config, ConfigError
+from marl.credit import CreditResult
 from marl.policy_map import PolicyPlan, assign_gpus
 from marl.rollout import RolloutResult
 from marl.workers import RolloutWorker
@@ -27,6 +31,11 @@ class Runtime(Protocol):
 
     def rollout(self, step: int) -> RolloutResult:
         """Play the iteration's B seeds x G episodes with the current weights."""
+        ...
+
+    def credit(self, step: int, rollout: RolloutResult) -> CreditResult:
+        """Counterfactual credit of ``step``'s rollout, computed by the workers that played it
+        (each re-simulates its own episodes); episodes in the rollout's order."""
         ...
 
     def update(self, turns: Sequence[Any]) -> dict[str, dict[str, float]]:
@@ -41,8 +50,9 @@ class Runtime(Protocol):
         """Make every rollout worker hold every policy's newest weights."""
         ...
 
-    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
-        """Batched generation for counterfactual credit."""
+    def influence(self, step: int, episodes: Sequence[Any]) -> list[Any]:
+        """Listener influence of ``step``'s episodes (the rollout's emergence data, in order),
+        measured by the workers that played them; one effects dict per episode."""
         ...
 
     def state(self) -> dict[str, dict[str, Any]]:
@@ -119,6 +129,10 @@ class LocalRuntime:
         """The held-out evaluation, in this process."""
         return self.worker.evaluate(episodes, step)
 
+    def credit(self, step: int, rollout: RolloutResult) -> CreditResult:
+        """Counterfactual credit on the one worker, which played every episode."""
+        return self.worker.credit(step, [record.recorded for record in rollout.episodes])
+
     def update(self, turns: Sequence[Any]) -> dict[str, dict[str, float]]:
         """Each trainable policy on its agents' turns, one after another."""
         assert self.plan is not None or not self.learners
@@ -133,9 +147,9 @@ class LocalRuntime:
             if not learner.colocated:
                 self.worker.load_weights(learner.weights())
 
-    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
-        """Re-simulation generation through the worker's backends."""
-        return self.worker.credit_generate(requests)
+    def influence(self, step: int, episodes: Sequence[Any]) -> list[Any]:
+        """Influence on the one worker, which played every episode."""
+        return self.worker.influence(step, list(episodes))
 
     def state(self) -> dict[str, dict[str, Any]]:
         """Every learner's checkpoint state."""

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from marl.checkpoint import check_resume, check_weights, load_checkpoint, save_checkpoint
 from marl.config import Config, ConfigError, load_config
 from marl.credit import is_counterfactual
-from marl.credit_phase import credit_phase, make_engine, mean_influence
+from marl.credit_phase import credit_phase, mean_influence
 from marl.emergence import tracker_for
 from marl.evaluation import due, evaluation_metrics
 from marl.metrics import rollout_metrics
@@ -29,7 +29,6 @@ from marl.policy_map import PolicyPlan, assign_gpus, plan_for
 from marl.rollout import RolloutResult
 from marl.runtime import Runtime, make_runtime
 from marl.scenarios.registry import make
-from marl.scenarios.transcript import render_transcript
 from marl.seeding import rng_states, seed_everything, set_rng_states
 from marl.summary import RunSummary
 from marl.tensorboard import TensorBoardLogger
@@ -143,12 +142,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         placement_json = json.dumps(placement, indent=2, default=str)
         (run_dir / "placement.json").write_text(placement_json)
         logger.text("placement", f"```\n{placement_json}\n```", 0)
-        engine = make_engine(
-            config.credit,
-            lambda: make(config.scenario.name, **config.scenario.overrides),
-            runtime.credit_generate,
-        )
-        emergence = tracker_for(config, runtime.credit_generate)
+        emergence = tracker_for(config, runtime.influence)
         if resume is not None:
             emergence.load_state_dict(resume.get("emergence"))
         if start == 0 and config.warmup.steps > 0:
@@ -163,6 +157,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 progress=config.logging.progress,
             )
             runtime.sync()
+        counterfactual = is_counterfactual(config.credit.name)
         progress = _progress(start, t.steps, config.logging.progress)
         _evaluate(runtime, config, start, logger, summary)
         for step in range(start, t.steps):
@@ -170,9 +165,12 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             rollout = runtime.rollout(step)
             rollout_time = time.perf_counter() - began
             bonuses = episode_bonuses(rollout, step)
+            credit_began = time.perf_counter()
+            computed = runtime.credit(step, rollout) if counterfactual else None
             credit_result, credit_metrics = credit_phase(
-                config.credit, rollout, engine, config.algo.advantage, bonuses
+                config.credit, rollout, None, config.algo.advantage, bonuses, computed=computed
             )
+            credit_time = time.perf_counter() - credit_began
             update_began = time.perf_counter()
             updates = runtime.update(rollout.turns)
             update_time = time.perf_counter() - update_began
@@ -181,7 +179,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             sync_time = time.perf_counter() - sync_began
             metrics = rollout_metrics(rollout)
             emergence_began = time.perf_counter()
-            metrics.update(emergence.step([s.env for s in rollout.slots], step))
+            metrics.update(emergence.step([e.emergence for e in rollout.episodes], step))
             metrics["perf/emergence_time"] = time.perf_counter() - emergence_began
             metrics.update(credit_metrics)
             metrics.update(outcome_metrics(rollout, step, bonuses))
@@ -191,6 +189,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 {
                     "perf/step_time": step_time,
                     "perf/rollout_time": rollout_time,
+                    "perf/credit_time": credit_time,
                     "perf/update_time": update_time,
                     "perf/sync_time": sync_time,
                     "perf/generated_tokens_per_s": rollout.generated_tokens
@@ -260,7 +259,7 @@ def _log_samples(
     every = config.logging.transcripts_every
     if not every or not (step % every == 0 or step + 1 == config.train.steps):
         return
-    logger.text("transcripts/episode_0", render_transcript(rollout.slots[0].env), step + 1)
+    logger.text("transcripts/episode_0", rollout.episodes[0].transcript, step + 1)
     influence = mean_influence(credit)
     if influence is not None:
         logger.heatmap("credit/influence", *influence, step=step + 1)

@@ -5,6 +5,10 @@ a group is normalised over never straddle two workers. What it plays is a pure f
 config, the step, the groups it is given and the weights it holds: a worker that dies can be
 replaced, given the current weights, and asked again for the same result. The same class runs
 in the trainer's own process (``ray.enabled=false``) and as a Ray actor.
+
+The environments never leave the worker: a rollout returns plain data (turn records and one
+:class:`~marl.episodes.EpisodeRecord` per episode), and counterfactual credit, which must step
+environments, runs here too (:meth:`RolloutWorker.credit`), on the episodes this worker played.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marl.config import Config, ConfigError
+from marl.credit import CreditResult, RecordedEpisode, Resimulator
 from marl.policy_map import PolicyPlan
 from marl.rollout import EpisodeSlot, RolloutResult
 from marl.scenarios.registry import make
@@ -50,12 +55,11 @@ def scripted_episodes(slots: Sequence[EpisodeSlot], bot: str, seed: int) -> Roll
     not depend on which worker plays which episode."""
     from marl.scenarios.bots import play_bot_episode
 
-    result = RolloutResult(slots=list(slots))
+    result = RolloutResult()
     for slot in slots:
-        env = slot.env
         rng = random.Random(f"{seed}:{slot.seed}:{slot.episode_id}:bot")
-        result.returns.append(play_bot_episode(env, bot, slot.seed, rng))
-        result.malformed.append(dict(env.malformed))
+        play_bot_episode(slot.env, bot, slot.seed, rng)
+        result.add_episode(slot)
     return result
 
 
@@ -74,21 +78,15 @@ class RolloutWorker:
         self.envs: dict[int, Any] = {}  # episode id -> its environment, reused every step
         self.eval_envs: dict[int, Any] = {}  # the held-out evaluation's environments
         self.policies = None
-        self._credit_generate = None
+        self._engine: Resimulator | None = None  # counterfactual credit's
+        self._influence_engine: Resimulator | None = None  # the emergence metrics' influence
+        self.credited = 0  # episodes this worker has computed counterfactual credit for
         if config.agents == "llm":
             if plan is None:
                 raise ConfigError("agents: llm agents need a policy plan")
-            from marl.credit_phase import backend_generate
-            from marl.policies import InferencePolicies, sampling_config
+            from marl.policies import InferencePolicies
 
             self.policies = InferencePolicies(plan, config, device=device)
-            self._credit_generate = backend_generate(
-                self.policies.backends,
-                plan.policy_of,
-                sampling_config(config),
-                seed=config.seed + 7,
-                response_prefix=config.sampling.response_prefix,
-            )
 
     def slots(self, step: int, groups: Sequence[int]) -> list[EpisodeSlot]:
         """The episodes of ``groups`` at ``step``: group b plays scenario seed b, G times."""
@@ -152,11 +150,63 @@ class RolloutWorker:
         """The weight version held of each policy."""
         return dict(self.policies.versions) if self.policies is not None else {}
 
-    def credit_generate(self, requests: Sequence[Any]) -> list[list[str]]:
-        """Batched generation for counterfactual re-simulation (one call per policy)."""
-        if self._credit_generate is None:
+    def credit(self, step: int, episodes: Sequence[RecordedEpisode]) -> CreditResult:
+        """Counterfactual credit (``config.credit``) of ``episodes``, the episodes of iteration
+        ``step`` that this worker played, re-simulated on its own environment copies with its
+        own policies' generation. A pure function of (step, episodes, weights): generation is
+        seeded by the step, so a replacement worker asked again returns the same credit."""
+        from marl.credit_phase import counterfactual_credit, credit_seed, make_engine
+
+        if self.policies is None or self.plan is None:
             raise ConfigError("credit.name: counterfactual credit needs agents=llm")
-        return self._credit_generate(requests)
+        if self._engine is None:  # one engine per worker: its env copies are reused
+            c = self.config.scenario
+            self._engine = make_engine(
+                self.config.credit, lambda: make(c.name, **c.overrides), None
+            )
+            if self._engine is None:
+                raise ConfigError(
+                    f"credit.name: {self.config.credit.name!r} does not re-simulate episodes"
+                )
+        self._engine.generate = self._policy_generate(credit_seed(self.config.seed, step))
+        result = counterfactual_credit(self.config.credit, episodes, self._engine)
+        self.credited += len(episodes)
+        return result
+
+    def influence(self, step: int, episodes: Sequence[Any]) -> list[Any]:
+        """The emergence metrics' listener influence (:func:`marl.emergence.influence_effects`)
+        of ``episodes`` (:class:`~marl.emergence.EmergenceEpisode` s this worker played at
+        ``step``), re-simulated on this worker's environment copies. Scripted agents answer
+        through their bot, LLM agents through this worker's policies; both seeded by the step."""
+        from marl.emergence import influence_effects, influence_generate
+
+        generate = influence_generate(self.config, step)
+        if generate is None:
+            generate = self._policy_generate((self.config.seed + 11) * 1_000_003 + step)
+        if self._influence_engine is None:
+            c = self.config.scenario
+            self._influence_engine = Resimulator(
+                None, generate, env_factory=lambda: make(c.name, **c.overrides)
+            )
+        self._influence_engine.generate = generate
+        samples = self.config.emergence.influence_samples
+        return influence_effects(episodes, self._influence_engine, generate, samples)
+
+    def _policy_generate(self, seed: int) -> Any:
+        """Batched re-simulation generation through this worker's policies, calls seeded from
+        ``seed`` (:func:`marl.credit_phase.backend_generate`)."""
+        from marl.credit_phase import backend_generate
+        from marl.policies import sampling_config
+
+        if self.policies is None or self.plan is None:
+            raise ConfigError("agents: re-simulation with policies needs agents=llm")
+        return backend_generate(
+            self.policies.backends,
+            self.plan.policy_of,
+            sampling_config(self.config),
+            seed=seed,
+            response_prefix=self.config.sampling.response_prefix,
+        )
 
     def logprobs(
         self, policy_id: str, prompt_ids: Sequence[int], response_ids: Sequence[int]
@@ -168,4 +218,4 @@ class RolloutWorker:
 
     def info(self) -> dict[str, Any]:
         """Where this worker runs."""
-        return {"index": self.index, "pid": os.getpid()}
+        return {"index": self.index, "pid": os.getpid(), "credited_episodes": self.credited}

@@ -19,6 +19,9 @@ import unicodedata
 from dataclasses import dataclass, field
 
 MAX_COMPLETION_CHARS = 20_000  # longer completions are cut before parsing (hostile input)
+IDLE_REPLY = "ACTION: wait"
+"""What an idle agent (one that can neither talk nor act this round) replies. It is never
+prompted: the rollout and the counterfactual re-simulation both write this for it."""
 
 _DECOR = r"[\s\-\*\#>`_]*"
 _SAY_HEAD = re.compile(rf"{_DECOR}SAY", re.IGNORECASE)

@@ -21,7 +21,7 @@ import networkx as nx
 from pettingzoo import ParallelEnv
 
 from marl.protocols.graphs import build_graph
-from marl.protocols.markup import markup_instructions, parse_completion
+from marl.protocols.markup import IDLE_REPLY, markup_instructions, parse_completion
 from marl.protocols.messages import Message, Violation
 from marl.protocols.router import Router
 from marl.scenarios.rules import RULES, RoundResult, Rules
@@ -415,7 +415,7 @@ class TextScenarioEnv(ParallelEnv):
             )
         if talk:
             return f"Your turn to talk. Reply with one line: {talk}."
-        return "Nothing to do this round. Reply `ACTION: wait`."
+        return f"Nothing to do this round. Reply `{IDLE_REPLY}`."
 
     def _observations(self) -> dict[str, str]:
         return {a: self._observation(a) for a in self.possible_agents if a in self._live()}

@@ -293,7 +293,7 @@ def _turns(episodes_by_group):
         for ep in episodes:
             for r, agent in ep.turns():
                 turns.append(
-                    TurnRecord(agent, "p", ep.seed, group, ep.episode_id, r, [], [], [], [])
+                    TurnRecord(agent, "p", group, ep.episode_id, r, [], [], [], [])
                 )
     return turns
 
@@ -358,7 +358,7 @@ def test_per_turn_credit_is_normalised_per_round():
     for t in turns:
         assert t.advantage == pytest.approx(by_round[t.round][t.episode_id])
     with pytest.raises(ValueError, match="episode 7"):
-        apply_credit([TurnRecord("a", "p", 0, 0, 7, 0, [], [], [], [])], result)
+        apply_credit([TurnRecord("a", "p", 0, 7, 0, [], [], [], [])], result)
 
 
 def test_credit_tensors_have_the_documented_shapes(spotlight):

@@ -67,7 +67,7 @@ def _turns(
         r = tokenizer.encode(response, add_special_tokens=False)  # type: ignore[attr-defined]
         with torch.no_grad():
             logp, _ = sequence_logprobs(model, [p], [r], top_p=top_p)
-        turns.append(TurnRecord("a", "shared", 0, 0, i, 0, p, r, logp[0].tolist(), [1] * len(r)))
+        turns.append(TurnRecord("a", "shared", 0, i, 0, p, r, logp[0].tolist(), [1] * len(r)))
         turns[-1].advantage = advantage
     return turns
 
@@ -195,7 +195,7 @@ def test_kl_is_finite_for_tokens_outside_the_nucleus() -> None:
         logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]  # (V,)
     rare = int(logits.argmin())  # outside any nucleus of mass 0.9
     full_logp, _ = sequence_logprobs(model, [prompt], [[rare]])  # the untruncated logprob
-    turn = TurnRecord("a", "shared", 0, 0, 0, 0, prompt, [rare], full_logp[0].tolist(), [1])
+    turn = TurnRecord("a", "shared", 0, 0, 0, prompt, [rare], full_logp[0].tolist(), [1])
     turn.advantage = 1.0
     learner = Learner(model, _settings(beta=0.04, top_p=0.9, epochs=2))
     metrics = learner.update([turn, copy.deepcopy(turn)])

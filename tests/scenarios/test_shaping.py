@@ -82,12 +82,14 @@ def test_shaping_moves_credit_by_the_bonus_and_leaves_the_outcome_alone() -> Non
         for rnd, agent in ((0, "speaker"), (1, "listener")):
             turns.append(
                 TurnRecord(
-                    agent=agent, policy_id="p", env_seed=e, group_id=0, episode_id=e,
+                    agent=agent, policy_id="p", group_id=0, episode_id=e,
                     round=rnd, prompt_ids=[1], response_ids=[2], logprobs=[0.0], mask=[1],
                     reward=env.returns[agent],
                 )
             )  # fmt: skip
-    rollout = RolloutResult(turns=turns, returns=[s.env.returns for s in slots], slots=slots)
+    rollout = RolloutResult(turns=turns)
+    for slot in slots:
+        rollout.add_episode(slot)  # the env stays here; the rollout holds its record
     for step, weight in ((0, 0.2), (3, 0.0)):
         bonuses = episode_bonuses(rollout, step)
         result, _ = credit_phase(CreditConfig(), rollout, None, "grpo", bonuses)
