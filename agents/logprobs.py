@@ -6,12 +6,22 @@ importance ratio, and without top-p for the KL term, which is then finite for ev
 HF backend's tests call :func:`sequence_logprobs` to check the logprobs that ``generate``
 reports. :func:`top_p_filter` is the nucleus filter of the sampling distribution, written to
 match transformers' ``TopPLogitsWarper``.
+
+**Shared prompts** (``share_prompts=True``). The G episodes of a GRPO group often show an agent
+the same prompt. Then each distinct prompt runs through the model once (with ``use_cache``), its
+key/value cache is indexed out to every row that has that prompt, and the responses run on top
+of it. Indexing is differentiable, so the gradient reaching the prompt's keys and values from
+all its responses flows back through the one prompt forward: the logprobs and their gradient
+are those of the padded forward over ``prompt + response`` rows, to float rounding. Distinct
+prompts are also put in length buckets (:func:`length_buckets`), each its own forward, so that
+a short prompt is not padded to the longest one.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -97,10 +107,12 @@ def response_logprobs(
     top_p: float = 1.0,
     pad_token_id: int = 0,
     untruncated: bool = False,
+    share_prompts: bool = False,
 ) -> ResponseLogprobs:
     """:func:`sequence_logprobs`, plus (``untruncated=True``) the logprobs of the same tokens
     without the top-p filter, from the same forward pass. Every tensor is built on the model's
-    device."""
+    device. ``share_prompts``: run each distinct prompt once, in length buckets, and the
+    responses on its key/value cache (the module docstring); same values and gradient."""
     if len(prompt_ids_list) != len(response_ids_list):
         raise ValueError(
             f"sequence_logprobs: {len(prompt_ids_list)} prompts but "
@@ -115,6 +127,23 @@ def response_logprobs(
     if batch == 0 or t_max == 0:
         empty = torch.zeros(batch, 0, device=device)
         return ResponseLogprobs(empty, empty.clone() if untruncated else None, empty.clone())
+
+    if share_prompts:
+        logits, targets = _shared_prompt_logits(
+            model, prompt_ids_list, response_ids_list, pad_token_id, device
+        )  # (B, T, V), (B, T, 1) left-aligned
+        resp_lens = torch.tensor(lens, device=device)  # (B,)
+        cols = torch.arange(t_max, device=device).unsqueeze(0)  # (1, T)
+        valid = cols < resp_lens.unsqueeze(1)  # (B, T)
+
+        def gathered(logp_all: torch.Tensor) -> torch.Tensor:
+            return logp_all.gather(-1, targets).squeeze(-1).masked_fill(~valid, 0.0)  # (B, T)
+
+        sampling = gathered(sampling_logprobs(logits, temperature, top_p))  # (B, T)
+        full = None
+        if untruncated:
+            full = sampling if top_p >= 1.0 else gathered(sampling_logprobs(logits, temperature))
+        return ResponseLogprobs(sampling, full, valid.to(sampling.dtype))
 
     seqs = [list(p) + list(r) for p, r in zip(prompt_ids_list, response_ids_list)]
     length = max(len(s) for s in seqs)
@@ -151,3 +180,132 @@ def response_logprobs(
     if untruncated:
         full = sampling if top_p >= 1.0 else left_aligned(sampling_logprobs(logits, temperature))
     return ResponseLogprobs(sampling, full, mask.to(sampling.dtype))
+
+
+def length_buckets(lengths: Sequence[int], max_waste: float = 0.125) -> list[list[int]]:
+    """Indices of ``lengths`` cut into buckets of similar length, longest first.
+
+    Sorted by length (descending), a bucket takes the next item while padding every member to
+    the bucket's longest leaves at most ``max_waste`` of its padded tokens as padding. A forward
+    per bucket then computes at most that share of padding, at the cost of one more call.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    buckets: list[list[int]] = []
+    real = 0
+    for i in order:
+        if buckets:
+            longest = lengths[buckets[-1][0]]
+            padded = longest * (len(buckets[-1]) + 1)
+            if padded - (real + lengths[i]) <= max_waste * padded:
+                buckets[-1].append(i)
+                real += lengths[i]
+                continue
+        buckets.append([i])
+        real = lengths[i]
+    return buckets
+
+
+def _shared_prompt_logits(
+    model: nn.Module,
+    prompt_ids_list: Sequence[Sequence[int]],
+    response_ids_list: Sequence[Sequence[int]],
+    pad_token_id: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits predicting every response token, each distinct prompt run once.
+
+    Returns ``(logits, targets)``: ``(B, T, V)`` and ``(B, T, 1)``, left-aligned (column ``j`` of
+    row ``b`` predicts response token ``j``), padding after each response (its logits are
+    meaningless and masked by the caller; its target is ``pad_token_id``).
+    """
+    batch = len(prompt_ids_list)
+    t_max = max(len(r) for r in response_ids_list)
+    distinct: dict[tuple[int, ...], int] = {}
+    prompt_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompt_ids_list]  # (B,)
+    prompts = list(distinct)  # K distinct prompts
+    rows_of: list[list[int]] = [[] for _ in prompts]
+    for row, k in enumerate(prompt_of):
+        rows_of[k].append(row)
+    responses = torch.tensor(
+        [list(r) + [pad_token_id] * (t_max - len(r)) for r in response_ids_list],
+        dtype=torch.long,
+        device=device,
+    )  # (B, T) right-padded
+    parts: list[torch.Tensor] = []
+    order: list[int] = []  # the rows of `parts`, in the order they were computed
+    for bucket in length_buckets([len(p) for p in prompts]):
+        rows = [row for k in bucket for row in rows_of[k]]
+        local = {k: i for i, k in enumerate(bucket)}
+        index = torch.tensor([local[prompt_of[r]] for r in rows], device=device)  # (b,)
+        width = max(1, max(len(response_ids_list[r]) for r in rows))  # this bucket's T_b
+        part = _prompt_then_responses(
+            model, [prompts[k] for k in bucket], index, responses[rows, :width], pad_token_id
+        )  # (b, T_b, V)
+        parts.append(torch.nn.functional.pad(part, (0, 0, 0, t_max - width)))  # (b, T, V)
+        order += rows
+    logits = torch.cat(parts, dim=0)  # (B, T, V) in `order`
+    inverse = torch.empty(batch, dtype=torch.long, device=device)
+    inverse[torch.tensor(order, device=device)] = torch.arange(batch, device=device)
+    return logits[inverse], responses.unsqueeze(-1)  # (B, T, V), (B, T, 1)
+
+
+def _prompt_then_responses(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    index: torch.Tensor,
+    responses: torch.Tensor,
+    pad_token_id: int,
+) -> torch.Tensor:
+    """One forward over ``prompts`` (K, left-padded, with cache), then one over ``responses``
+    ``(b, T)`` on the cache rows ``index`` ``(b,)``; the ``(b, T, V)`` logits predicting each
+    response token."""
+    device = responses.device
+    length = max(len(p) for p in prompts)
+    ids = torch.tensor(
+        [[pad_token_id] * (length - len(p)) + list(p) for p in prompts],
+        dtype=torch.long,
+        device=device,
+    )  # (K, P) left-padded
+    attention = torch.tensor(
+        [[0] * (length - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device
+    )  # (K, P)
+    positions = (attention.cumsum(dim=-1) - 1).clamp(min=0)  # (K, P)
+    out = model(
+        input_ids=ids,
+        attention_mask=attention,
+        position_ids=positions,
+        logits_to_keep=1,
+        use_cache=True,
+    )
+    first = out.logits[:, -1, :][index].unsqueeze(1)  # (b, 1, V): predicts response token 0
+    t_max = responses.shape[1]
+    if t_max == 1:
+        return first
+    cache = _output_cache(out)
+    cache.batch_select_indices(index)  # every layer's keys/values: (K, ...) -> (b, ...)
+    inputs = responses[:, :-1]  # (b, T - 1): the last token predicts nothing we need
+    steps = torch.arange(t_max - 1, device=device).unsqueeze(0)  # (1, T - 1)
+    rest = model(
+        input_ids=inputs,
+        # the prompt's padding stays masked; response padding only follows real tokens, which
+        # the causal mask already hides it from
+        attention_mask=torch.cat([attention[index], torch.ones_like(inputs)], dim=1),  # (b, P+T-1)
+        position_ids=attention.sum(dim=-1)[index].unsqueeze(1) + steps,  # (b, T - 1)
+        use_cache=True,
+        **{_cache_keyword(model): cache},
+    ).logits  # (b, T - 1, V)
+    return torch.cat([first, rest], dim=1)  # (b, T, V)
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    """The forward keyword that takes a key/value cache: ``cache`` from transformers 5.24 on
+    (``past_key_values`` is deprecated there), ``past_key_values`` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    params = inspect.signature(base.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _output_cache(out: Any) -> Any:
+    """The key/value cache a forward with ``use_cache=True`` returned."""
+    cache = getattr(out, "cache", None)
+    return out.past_key_values if cache is None else cache
