@@ -281,7 +281,7 @@ def _prompt_then_responses(
     t_max = responses.shape[1]
     if t_max == 1:
         return first
-    cache = _output_cache(out)
+    cache = output_cache(out)
     cache.batch_select_indices(index)  # every layer's keys/values: (K, ...) -> (b, ...)
     inputs = responses[:, :-1]  # (b, T - 1): the last token predicts nothing we need
     steps = torch.arange(t_max - 1, device=device).unsqueeze(0)  # (1, T - 1)
@@ -292,12 +292,12 @@ def _prompt_then_responses(
         attention_mask=torch.cat([attention[index], torch.ones_like(inputs)], dim=1),  # (b, P+T-1)
         position_ids=attention.sum(dim=-1)[index].unsqueeze(1) + steps,  # (b, T - 1)
         use_cache=True,
-        **{_cache_keyword(model): cache},
+        **{cache_keyword(model): cache},
     ).logits  # (b, T - 1, V)
     return torch.cat([first, rest], dim=1)  # (b, T, V)
 
 
-def _cache_keyword(model: nn.Module) -> str:
+def cache_keyword(model: nn.Module) -> str:
     """The forward keyword that takes a key/value cache: ``cache`` from transformers 5.24 on
     (``past_key_values`` is deprecated there), ``past_key_values`` before."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
@@ -305,7 +305,7 @@ def _cache_keyword(model: nn.Module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _output_cache(out: Any) -> Any:
+def output_cache(out: Any) -> Any:
     """The key/value cache a forward with ``use_cache=True`` returned."""
     cache = getattr(out, "cache", None)
     return out.past_key_values if cache is None else cache

@@ -1,8 +1,12 @@
 """The Hugging Face transformers backend: batched generate with logprobs, LoRA adapters.
 
 Every call to :meth:`HFBackend.generate` is ONE ``model.generate`` over all prompts x ``n``
-samples, left-padded. Several LoRA adapters share the base model and still fit in that one call:
-peft routes each row to its adapter through ``adapter_names=[...]`` (``"__base__"`` = no adapter).
+samples, left-padded. Identical prompts (the G episodes of a GRPO group often show an agent the
+same one) and the ``n`` samples of a prompt share one prefill: each distinct prompt (with its
+adapter) runs through the model once, its key/value cache is indexed out to all its rows, and
+``generate`` continues from that cache (``share_prompts=False`` turns this off). Several LoRA
+adapters share the base model and still fit in that one call: peft routes each row to its
+adapter through ``adapter_names=[...]`` (``"__base__"`` = no adapter).
 The logprob reported for each sampled token is under the distribution it was sampled from
 (temperature-scaled, top-p applied, by transformers' own warpers); for greedy decoding it is the
 model's own distribution (temperature 1). The logprobs are recorded step by step by a last
@@ -25,6 +29,7 @@ from marl.agents.backends.base import (
     copy_weights,
     register_backend,
 )
+from marl.agents.logprobs import cache_keyword, output_cache
 from marl.agents.models import ModelSpec, load_model
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
@@ -54,6 +59,7 @@ class HFBackend:
         spec: ModelSpec | None = None,
         device: str | torch.device | None = None,
         lora_config: Any = None,
+        share_prompts: bool = True,
     ) -> None:
         if isinstance(model, ModelSpec):
             model, spec = None, model
@@ -71,6 +77,7 @@ class HFBackend:
         self.model: Any = model.eval()
         self.tokenizer = tokenizer
         self.lora_config = lora_config
+        self.share_prompts = share_prompts  # one prefill per distinct prompt (module docstring)
         # A model handed over already wrapped by peft keeps its adapters.
         self.adapters: set[str] = set(getattr(model, "peft_config", {}) or {})
         self.eos_ids = _eos_ids(model, tokenizer)
@@ -105,16 +112,23 @@ class HFBackend:
             bad = [i for i, p in enumerate(prompts) if len(p) == 0]
             raise ValueError(f"generate: prompts {bad} are empty; every prompt needs a token")
         n = sampling.n
-        # Prompt i fills rows i*n .. i*n+n-1; R = len(prompts) * n rows in all.
-        row_prompts = [list(p) for p in prompts for _ in range(n)]
-        input_ids, attention = self._left_pad(row_prompts)  # (R, P), (R, P)
-        kwargs: dict[str, Any] = {}
+        names: list[str] | None = None
         if self.adapters:
             names = self._adapter_rows(prompts, adapters)
-            kwargs["adapter_names"] = [name for name in names for _ in range(n)]
         elif adapters is not None and any(a is not None for a in adapters):
             unknown = sorted({a for a in adapters if a is not None})
             raise KeyError(f"generate: unknown adapter(s) {unknown}; no adapters are loaded")
+        # D distinct (prompt, adapter) pairs; prompt i fills rows i*n .. i*n+n-1 (R rows), each
+        # a copy of its distinct pair's padded row
+        distinct: dict[tuple[tuple[int, ...], str | None], int] = {}
+        keys = [(tuple(p), names[i] if names else None) for i, p in enumerate(prompts)]
+        source = [distinct.setdefault(key, len(distinct)) for key in keys for _ in range(n)]
+        rows = torch.tensor(source)  # (R,): each row's distinct pair
+        unique_ids, unique_mask = self._left_pad([list(p) for p, _ in distinct])  # (D, P)
+        input_ids, attention = unique_ids[rows], unique_mask[rows]  # (R, P), (R, P)
+        kwargs: dict[str, Any] = {}
+        if names is not None:
+            kwargs["adapter_names"] = [name for name in names for _ in range(n)]
 
         if self.model.training:  # peft's per-row adapters need eval mode; no dropout in sampling
             self.model.eval()
@@ -123,6 +137,11 @@ class HFBackend:
         recorder = _LogprobRecorder()
         processors = LogitsProcessorList([*_sampling_processors(sampling), recorder])
         with torch.inference_mode(), _seeded(seed, self.device):
+            if self.share_prompts and len(distinct) < len(source) and unique_ids.shape[1] > 1:
+                unique_names = [name for _, name in distinct] if names is not None else None
+                kwargs[cache_keyword(self.model)] = self._prefill(
+                    unique_ids, unique_mask, rows.to(self.device), unique_names
+                )
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention,
@@ -133,6 +152,32 @@ class HFBackend:
         new_tokens = sequences[:, input_ids.shape[1] :]  # (R, T)
         token_logp = recorder.finish(new_tokens)  # (R, T)
         return self._collect(prompts, new_tokens.cpu(), token_logp.cpu(), n)
+
+    def _prefill(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        rows: torch.Tensor,
+        adapter_names: list[str | None] | None,
+    ) -> Any:
+        """The key/value cache of every distinct prompt's tokens but its last, ``ids`` and
+        ``mask`` ``(D, P)``, computed once and indexed out to the ``rows`` ``(R,)``: ``generate``
+        then runs only each row's last prompt token before sampling."""
+        kwargs: dict[str, Any] = {}
+        if adapter_names is not None:
+            kwargs["adapter_names"] = adapter_names
+        head, head_mask = ids[:, :-1], mask[:, :-1]  # (D, P - 1)
+        out = self.model(
+            input_ids=head,
+            attention_mask=head_mask,
+            position_ids=(head_mask.cumsum(dim=-1) - 1).clamp(min=0),  # (D, P - 1)
+            use_cache=True,
+            logits_to_keep=1,
+            **kwargs,
+        )
+        cache = output_cache(out)
+        cache.batch_select_indices(rows)  # every layer's keys/values: (D, ...) -> (R, ...)
+        return cache
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-pad token id lists into ``(input_ids, attention_mask)``, both (R, P)."""
