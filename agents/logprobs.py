@@ -108,11 +108,13 @@ def response_logprobs(
     pad_token_id: int = 0,
     untruncated: bool = False,
     share_prompts: bool = False,
+    max_padding: float = 0.125,
 ) -> ResponseLogprobs:
     """:func:`sequence_logprobs`, plus (``untruncated=True``) the logprobs of the same tokens
     without the top-p filter, from the same forward pass. Every tensor is built on the model's
-    device. ``share_prompts``: run each distinct prompt once, in length buckets, and the
-    responses on its key/value cache (the module docstring); same values and gradient."""
+    device. ``share_prompts``: run each distinct prompt once, in length buckets that pad at most
+    ``max_padding`` of their tokens (1.0 = one bucket), and the responses on its key/value cache
+    (the module docstring); same values and gradient."""
     if len(prompt_ids_list) != len(response_ids_list):
         raise ValueError(
             f"sequence_logprobs: {len(prompt_ids_list)} prompts but "
@@ -130,7 +132,7 @@ def response_logprobs(
 
     if share_prompts:
         logits, targets = _shared_prompt_logits(
-            model, prompt_ids_list, response_ids_list, pad_token_id, device
+            model, prompt_ids_list, response_ids_list, pad_token_id, device, max_padding
         )  # (B, T, V), (B, T, 1) left-aligned
         resp_lens = torch.tensor(lens, device=device)  # (B,)
         cols = torch.arange(t_max, device=device).unsqueeze(0)  # (1, T)
@@ -211,6 +213,7 @@ def _shared_prompt_logits(
     response_ids_list: Sequence[Sequence[int]],
     pad_token_id: int,
     device: torch.device,
+    max_padding: float = 0.125,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits predicting every response token, each distinct prompt run once.
 
@@ -233,7 +236,7 @@ def _shared_prompt_logits(
     )  # (B, T) right-padded
     parts: list[torch.Tensor] = []
     order: list[int] = []  # the rows of `parts`, in the order they were computed
-    for bucket in length_buckets([len(p) for p in prompts]):
+    for bucket in length_buckets([len(p) for p in prompts], max_padding):
         rows = [row for k in bucket for row in rows_of[k]]
         local = {k: i for i, k in enumerate(bucket)}
         index = torch.tensor([local[prompt_of[r]] for r in rows], device=device)  # (b,)

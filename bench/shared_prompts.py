@@ -11,10 +11,13 @@ times, on the same turns:
   optimizer step, so each round sees the same weights).
 
 Also reported: the prompt tokens each setting sends through the model, and the learner's
-gradient difference between the two (float rounding). The default model is a small Llama with
-the character tokenizer (``--model tiny``: hidden 256, 4 layers, so prompts are long and the
-share of prompt compute is like a real model's); ``--model embedded`` runs SmolLM2-135M
-(measure that on a quiet machine).
+gradient difference between the two (float rounding). A third comparison times the shared
+update's length buckets (prompts of 4 lengths, 150 to 1,200 tokens, each shown to 4 turns):
+buckets that pad at most 1/8 of their tokens, against one bucket padded to the longest.
+
+The default model is a small Llama with the character tokenizer (``--model tiny``: hidden 256,
+4 layers, so prompts are long and the share of prompt compute is like a real model's);
+``--model embedded`` runs SmolLM2-135M (measure that on a quiet machine).
 
     nice -n 19 .venv/bin/python bench/shared_prompts.py      # BENCH_QUICK=1: smaller
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ from common import alternate, machine, quick, row, timed, write  # noqa: E402
 import marl  # noqa: E402
 from marl.agents.backends import SamplingConfig  # noqa: E402
 from marl.agents.backends.hf import HFBackend  # noqa: E402
+from marl.agents.logprobs import response_logprobs  # noqa: E402
 from marl.agents.models import ModelSpec, load_model  # noqa: E402
 from marl.learner import Learner, LearnerSettings  # noqa: E402
 from marl.rollout import EpisodeSlot, run_episodes  # noqa: E402
@@ -101,9 +106,29 @@ def main() -> None:
 
         return timed(step)
 
+    rng = random.Random(0)
+    lengths = [100, 200, 400, 800] if quick() else [150, 300, 600, 1200]
+    mixed_prompts, mixed_responses = [], []
+    for n in lengths:
+        base = [rng.randrange(5, 90) for _ in range(n)]
+        for _ in range(2 if quick() else 4):
+            mixed_prompts.append(base)
+            mixed_responses.append([rng.randrange(5, 90) for _ in range(args.max_new_tokens)])
+
+    def buckets(max_padding: float) -> float:
+        def step() -> None:
+            model.zero_grad(set_to_none=True)
+            out = response_logprobs(model, mixed_prompts, mixed_responses, share_prompts=True,
+                                    max_padding=max_padding)
+            (out.sampling * out.mask).sum().backward()
+
+        return timed(step)
+
     state = machine()
     gen = alternate({n: (lambda n=n: generate(n)) for n in backends}, args.rounds)
     upd = alternate({n: (lambda n=n: update(n)) for n in backends}, args.rounds)
+    bkt = alternate({"buckets": lambda: buckets(0.125), "one bucket": lambda: buckets(1.0)},
+                    args.rounds)
     state["load_average_after"] = machine()["load_average"]
 
     grads = {}
@@ -126,6 +151,12 @@ def main() -> None:
             summary.append(row(f"{label}, {name}", r[name]["median"], "s",
                                f"min {r[name]['min']:.3g}"))
         summary.append(row(f"{label}: unshared / shared", ratio, "x", "median over rounds"))
+    for name in ("one bucket", "buckets"):
+        summary.append(row(f"update, prompts of {len(lengths)} lengths, {name}",
+                           bkt[name]["median"], "s", f"min {bkt[name]['min']:.3g}"))
+    summary.append(row("length buckets: one / buckets",
+                       bkt["one bucket"]["median"] / bkt["buckets"]["median"], "x",
+                       f"prompt lengths {lengths}"))
     summary += [
         row("turns / distinct prompts", f"{len(turns)} / {len(distinct)}", "",
             f"prompt tokens {prompt_tokens['unshared']} -> {prompt_tokens['shared']}; "
@@ -136,6 +167,7 @@ def main() -> None:
     ]
     write("shared_prompts", {
         "args": vars(args), "model": copy.copy(spec.__dict__), "generate": gen, "update": upd,
+        "length_buckets": {"prompt_lengths": lengths, **bkt},
         "turns": len(turns), "distinct_prompts": len(distinct), "prompt_tokens": prompt_tokens,
         "response_tokens": response_tokens, "gradient_relative_difference": relative,
         "machine": state,

@@ -202,3 +202,24 @@ def test_length_buckets_cover_every_item_and_bound_the_padding() -> None:
     assert len(buckets) == 3  # ~100, ~50, ~11
     assert length_buckets([5, 5, 5]) == [[0, 1, 2]]
     assert length_buckets([]) == []
+
+
+def test_length_buckets_skip_padding_and_keep_the_values() -> None:
+    model, _ = load_model(ModelSpec(kind="tiny", seed=5))
+    gen = torch.Generator().manual_seed(0)
+    prompts, responses = [], []
+    for n in (8, 9, 40, 41, 120):  # three lengths far apart
+        base = torch.randint(5, 100, (n,), generator=gen).tolist()
+        for _ in range(2):
+            prompts.append(base)
+            responses.append(torch.randint(5, 100, (3,), generator=gen).tolist())
+    log = _ForwardLog(model)
+    with torch.no_grad():
+        bucketed = response_logprobs(model, prompts, responses, share_prompts=True)
+        calls = list(log.calls)
+        log.calls.clear()
+        one = response_logprobs(model, prompts, responses, share_prompts=True, max_padding=1.0)
+    prompt_calls = [rows for rows, cached in calls if not cached]
+    assert [sorted(map(len, rows)) for rows in prompt_calls] == [[120], [40, 41], [8, 9]]
+    assert len([rows for rows, cached in log.calls if not cached]) == 1  # one bucket
+    torch.testing.assert_close(bucketed.sampling, one.sampling, atol=1e-5, rtol=0)
