@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
-from marl.cli import main
 from marl.config import ConfigError, load_config
 from marl.threads import (
     available_cores,
@@ -77,16 +79,35 @@ def test_default_and_valid_values_load() -> None:
     assert load_config({"runtime": {"threads": 2}}).runtime.threads == 2
 
 
-def test_marl_play_applies_runtime_threads_at_start(capsys) -> None:
-    other = 2 if torch.get_num_threads() == 1 else 1
-    args = ["play", f"runtime.threads={other}", "agents=scripted", "scenario=unison", "bot=random"]
-    assert main(args) == 0
-    assert torch.get_num_threads() == other
-    assert capsys.readouterr().out  # the transcript
+def _marl(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """``marl <args>`` in a fresh interpreter (Hydra's app state stays out of this one); the
+    last line of stdout is torch's thread count after the command."""
+    code = (
+        "import sys, torch\n"
+        "from marl.cli import main\n"
+        f"main({args!r})\n"
+        "print('threads', torch.get_num_threads())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
+        timeout=300, check=False,
+    )
 
 
-def test_marl_train_refuses_a_bad_thread_count(capsys, tmp_path) -> None:
-    with pytest.raises(SystemExit) as stopped:
-        main(["train", "runtime.threads=0", "train.steps=0", f"hydra.run.dir={tmp_path}"])
-    assert stopped.value.code == 2
-    assert "runtime.threads" in capsys.readouterr().err
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_marl_play_applies_runtime_threads_at_start(tmp_path: Path) -> None:
+    args = ["play", "runtime.threads=1", "agents=scripted", "scenario=unison", "bot=random"]
+    done = _marl(args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "threads 1"
+    assert "solo_a" in done.stdout  # the transcript
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_marl_train_refuses_a_bad_thread_count(tmp_path: Path) -> None:
+    done = _marl(["train", "runtime.threads=0", "train.steps=0"], tmp_path)
+    assert done.returncode == 2
+    assert "runtime.threads" in done.stderr
