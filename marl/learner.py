@@ -111,7 +111,9 @@ class UpdateSettings:
     share_prompts: turns of a minibatch with identical prompt ids run their prompt through the
                  model once and the responses on its key/value cache, in prompt-length buckets
                  (the same loss and gradient, less compute); minibatches keep a prompt's turns
-                 together. false = one padded ``prompt + response`` forward per minibatch.
+                 together. The HF backend likewise prefills each distinct prompt of a generate
+                 call once. false = one padded ``prompt + response`` forward per minibatch and
+                 one prefill row per sample (docs/benchmarks.md).
     """
 
     level: str = "token"

@@ -223,3 +223,33 @@ def test_length_buckets_skip_padding_and_keep_the_values() -> None:
     assert [sorted(map(len, rows)) for rows in prompt_calls] == [[120], [40, 41], [8, 9]]
     assert len([rows for rows, cached in log.calls if not cached]) == 1  # one bucket
     torch.testing.assert_close(bucketed.sampling, one.sampling, atol=1e-5, rtol=0)
+
+
+def test_algo_share_prompts_switches_the_update_and_the_hf_prefill() -> None:
+    from marl.config import load_config
+    from marl.policies import build_backend, learner_settings
+
+    for value in (True, False):
+        config = load_config({"algo": {"share_prompts": value}})
+        assert learner_settings(config).share_prompts is value
+        assert build_backend(config).share_prompts is value  # type: ignore[attr-defined]
+    assert load_config({}).algo.share_prompts is True  # on by default
+
+
+@pytest.mark.slow
+def test_training_with_sharing_off_still_trains(tmp_path) -> None:
+    from marl.train import train
+
+    metrics = train(
+        {
+            "scenario": {"name": "unison", "overrides": {}},  # partial credit: rewards differ
+            "model": {"kind": "tiny"},
+            "sampling": {"max_new_tokens": 12},
+            "algo": {"share_prompts": False, "lr": 3e-3, "beta": 0.04},  # every turn trains
+            "train": {"steps": 1, "seeds_per_step": 1, "group_size": 4},
+            "logging": {"progress": False, "transcripts_every": 0, "tensorboard": False},
+        },
+        run_dir=tmp_path,
+    )
+    assert metrics["policies/shared/optimizer_steps"] >= 1.0
+    assert math.isfinite(metrics["policies/shared/loss"])
