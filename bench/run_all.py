@@ -35,6 +35,7 @@ BENCHES: list[tuple[str, str, tuple[str, ...], bool, list[str]]] = [
     ("env_overhead.py", "env_overhead", (), True, []),
     ("growth.py", "growth", (), True, []),
     ("shared_prompts.py", "shared_prompts", (), True, []),
+    ("step_time.py", "step_time", (), True, []),
     ("credit_cost.py", "credit_cost", (), False, []),
     ("ray_vs_sequential.py", "ray_vs_sequential", (), False, ["--model", "tiny"]),
     ("rollout_throughput.py", "rollout_throughput", ("vllm",), False, []),
