@@ -13,18 +13,25 @@ key/value cache is indexed out to every row that has that prompt, and the respon
 of it. Indexing is differentiable, so the gradient reaching the prompt's keys and values from
 all its responses flows back through the one prompt forward: the logprobs and their gradient
 are those of the padded forward over ``prompt + response`` rows, to float rounding. Distinct
-prompts are also put in length buckets (:func:`length_buckets`), each its own forward, so that
-a short prompt is not padded to the longest one.
+prompts that begin alike (the same system prompt, say) run that common prefix once too
+(:func:`prefix_clusters`): prefix, then the rest of each prompt on its cache, then the responses
+on theirs. Within such a group, the rests are put in length buckets (:func:`length_buckets`),
+each its own forward, so that a short prompt is not padded to the longest one.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
 from torch import nn
+
+# Distinct prompts that share at least this many leading tokens (a system prompt) run that
+# prefix once: below it, the extra forward call costs more than the tokens it saves.
+MIN_SHARED_PREFIX = 16
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -109,12 +116,14 @@ def response_logprobs(
     untruncated: bool = False,
     share_prompts: bool = False,
     max_padding: float = 0.125,
+    min_prefix: int = MIN_SHARED_PREFIX,
 ) -> ResponseLogprobs:
     """:func:`sequence_logprobs`, plus (``untruncated=True``) the logprobs of the same tokens
     without the top-p filter, from the same forward pass. Every tensor is built on the model's
     device. ``share_prompts``: run each distinct prompt once, in length buckets that pad at most
-    ``max_padding`` of their tokens (1.0 = one bucket), and the responses on its key/value cache
-    (the module docstring); same values and gradient."""
+    ``max_padding`` of their tokens (1.0 = one bucket), a prefix of at least ``min_prefix``
+    tokens common to several distinct prompts once (0 = never), and the responses on the
+    key/value cache (the module docstring); same values and gradient."""
     if len(prompt_ids_list) != len(response_ids_list):
         raise ValueError(
             f"sequence_logprobs: {len(prompt_ids_list)} prompts but "
@@ -132,7 +141,8 @@ def response_logprobs(
 
     if share_prompts:
         logits, targets = _shared_prompt_logits(
-            model, prompt_ids_list, response_ids_list, pad_token_id, device, max_padding
+            model, prompt_ids_list, response_ids_list, pad_token_id, device, max_padding,
+            min_prefix,
         )  # (B, T, V), (B, T, 1) left-aligned
         resp_lens = torch.tensor(lens, device=device)  # (B,)
         cols = torch.arange(t_max, device=device).unsqueeze(0)  # (1, T)
@@ -214,8 +224,10 @@ def _shared_prompt_logits(
     pad_token_id: int,
     device: torch.device,
     max_padding: float = 0.125,
+    min_prefix: int = MIN_SHARED_PREFIX,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits predicting every response token, each distinct prompt run once.
+    """Logits predicting every response token, each distinct prompt run once, and a common
+    prefix of several distinct prompts (a system prompt) run once for all of them.
 
     Returns ``(logits, targets)``: ``(B, T, V)`` and ``(B, T, 1)``, left-aligned (column ``j`` of
     row ``b`` predicts response token ``j``), padding after each response (its logits are
@@ -236,49 +248,117 @@ def _shared_prompt_logits(
     )  # (B, T) right-padded
     parts: list[torch.Tensor] = []
     order: list[int] = []  # the rows of `parts`, in the order they were computed
-    for bucket in length_buckets([len(p) for p in prompts], max_padding):
-        rows = [row for k in bucket for row in rows_of[k]]
-        local = {k: i for i, k in enumerate(bucket)}
-        index = torch.tensor([local[prompt_of[r]] for r in rows], device=device)  # (b,)
-        width = max(1, max(len(response_ids_list[r]) for r in rows))  # this bucket's T_b
-        part = _prompt_then_responses(
-            model, [prompts[k] for k in bucket], index, responses[rows, :width], pad_token_id
-        )  # (b, T_b, V)
-        parts.append(torch.nn.functional.pad(part, (0, 0, 0, t_max - width)))  # (b, T, V)
-        order += rows
+    clusters = prefix_clusters(prompts, min_prefix)
+    alone = [k for length, members in clusters if not length for k in members]
+    groups = [(length, members) for length, members in clusters if length]
+    if alone:  # prompts with no common prefix worth a call share the length buckets
+        groups.append((0, alone))
+    for prefix_len, members in groups:
+        head = None  # the common prefix's cache, computed once for the whole group
+        if prefix_len:
+            out = model(
+                input_ids=torch.tensor([list(prompts[members[0]][:prefix_len])], device=device),
+                logits_to_keep=1,
+                use_cache=True,
+            )  # (1, c) tokens
+            head = output_cache(out)
+        suffixes = [prompts[k][prefix_len:] for k in members]
+        for bucket in length_buckets([len(x) for x in suffixes], max_padding):
+            ks = [members[i] for i in bucket]
+            rows = [row for k in ks for row in rows_of[k]]
+            local = {k: i for i, k in enumerate(ks)}
+            index = torch.tensor([local[prompt_of[r]] for r in rows], device=device)  # (b,)
+            width = max(1, max(len(response_ids_list[r]) for r in rows))  # this bucket's T_b
+            cache = None
+            if head is not None:  # one copy of the prefix per prompt of the bucket
+                cache = cache_rows(head, torch.zeros(len(ks), dtype=torch.long, device=device))
+            part = _prompt_then_responses(
+                model,
+                prefix_len,
+                cache,
+                [suffixes[i] for i in bucket],
+                index,
+                responses[rows, :width],
+                pad_token_id,
+            )  # (b, T_b, V)
+            parts.append(torch.nn.functional.pad(part, (0, 0, 0, t_max - width)))  # (b, T, V)
+            order += rows
     logits = torch.cat(parts, dim=0)  # (B, T, V) in `order`
     inverse = torch.empty(batch, dtype=torch.long, device=device)
     inverse[torch.tensor(order, device=device)] = torch.arange(batch, device=device)
     return logits[inverse], responses.unsqueeze(-1)  # (B, T, V), (B, T, 1)
 
 
+def prefix_clusters(
+    prompts: Sequence[Sequence[int]], min_prefix: int = MIN_SHARED_PREFIX
+) -> list[tuple[int, list[int]]]:
+    """Indices of ``prompts`` grouped by a common prefix of at least ``min_prefix`` tokens, as
+    ``(prefix length, indices)``; a prompt with no such neighbour is a group of its own with
+    prefix length 0. Every member keeps at least one token after the prefix. Greedy over the
+    prompts in lexicographic order, where prompts with long common prefixes are neighbours.
+    """
+    groups: list[tuple[int, list[int]]] = []
+    for i in sorted(range(len(prompts)), key=lambda j: list(prompts[j])):
+        p = prompts[i]
+        if groups and min_prefix > 0:
+            length, members = groups[-1]
+            first = prompts[members[0]]
+            if len(members) == 1:
+                length = len(first) - 1
+            common = _common_prefix(first, p, min(length, len(p) - 1))
+            if common >= min_prefix:
+                groups[-1] = (common, [*members, i])
+                continue
+        groups.append((0, [i]))
+    return groups
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """Length of the common prefix of ``a`` and ``b``, at most ``limit``."""
+    n = 0
+    for x, y in zip(a[:limit], b[:limit]):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _prompt_then_responses(
     model: nn.Module,
+    c: int,
+    prefix_cache: Any,
     prompts: Sequence[Sequence[int]],
     index: torch.Tensor,
     responses: torch.Tensor,
     pad_token_id: int,
 ) -> torch.Tensor:
-    """One forward over ``prompts`` (K, left-padded, with cache), then one over ``responses``
-    ``(b, T)`` on the cache rows ``index`` ``(b,)``; the ``(b, T, V)`` logits predicting each
-    response token."""
+    """The K ``prompts`` (the rest after a common prefix of ``c`` tokens whose cache, one row per
+    prompt, is ``prefix_cache``; ``c == 0`` and None for no prefix), left-padded so that the
+    padding sits between prefix and prompt and is masked; then the ``responses`` ``(b, T)`` on
+    the cache rows ``index`` ``(b,)``. The ``(b, T, V)`` logits predicting each response
+    token."""
     device = responses.device
+    k = len(prompts)
+    extra: dict[str, Any] = {}
+    if prefix_cache is not None:
+        extra[cache_keyword(model)] = prefix_cache
     length = max(len(p) for p in prompts)
     ids = torch.tensor(
         [[pad_token_id] * (length - len(p)) + list(p) for p in prompts],
         dtype=torch.long,
         device=device,
     )  # (K, P) left-padded
-    attention = torch.tensor(
+    own = torch.tensor(
         [[0] * (length - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device
     )  # (K, P)
-    positions = (attention.cumsum(dim=-1) - 1).clamp(min=0)  # (K, P)
+    attention = torch.cat([own.new_ones(k, c), own], dim=1)  # (K, c + P)
     out = model(
         input_ids=ids,
         attention_mask=attention,
-        position_ids=positions,
+        position_ids=c + (own.cumsum(dim=-1) - 1).clamp(min=0),  # (K, P)
         logits_to_keep=1,
         use_cache=True,
+        **extra,
     )
     first = out.logits[:, -1, :][index].unsqueeze(1)  # (b, 1, V): predicts response token 0
     t_max = responses.shape[1]
@@ -292,12 +372,21 @@ def _prompt_then_responses(
         input_ids=inputs,
         # the prompt's padding stays masked; response padding only follows real tokens, which
         # the causal mask already hides it from
-        attention_mask=torch.cat([attention[index], torch.ones_like(inputs)], dim=1),  # (b, P+T-1)
-        position_ids=attention.sum(dim=-1)[index].unsqueeze(1) + steps,  # (b, T - 1)
+        attention_mask=torch.cat([attention[index], torch.ones_like(inputs)], dim=1),
+        position_ids=(c + own.sum(dim=-1))[index].unsqueeze(1) + steps,  # (b, T - 1)
         use_cache=True,
         **{cache_keyword(model): cache},
     ).logits  # (b, T - 1, V)
     return torch.cat([first, rest], dim=1)  # (b, T, V)
+
+
+def cache_rows(cache: Any, index: torch.Tensor) -> Any:
+    """A new key/value cache holding the rows ``index`` ``(b,)`` of ``cache``, which is left as
+    it is (differentiable: indexing)."""
+    rows = copy.copy(cache)
+    rows.layers = [copy.copy(layer) for layer in cache.layers]
+    rows.batch_select_indices(index)  # replaces each copied layer's tensors, not the originals
+    return rows
 
 
 def cache_keyword(model: nn.Module) -> str:

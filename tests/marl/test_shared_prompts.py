@@ -9,7 +9,12 @@ import math
 import pytest
 import torch
 
-from marl.agents.logprobs import length_buckets, response_logprobs, sequence_logprobs
+from marl.agents.logprobs import (
+    length_buckets,
+    prefix_clusters,
+    response_logprobs,
+    sequence_logprobs,
+)
 from marl.agents.models import ModelSpec, load_model
 from marl.agents.turn import TurnRecord
 from marl.learner import Learner, LearnerSettings, prompts_together
@@ -253,3 +258,75 @@ def test_training_with_sharing_off_still_trains(tmp_path) -> None:
     )
     assert metrics["policies/shared/optimizer_steps"] >= 1.0
     assert math.isfinite(metrics["policies/shared/loss"])
+
+
+SYSTEM = "You play a game of signals; answer in one line. "  # a 49-character common prefix
+OBSERVATIONS = [  # (observation, response, advantage): two repeat, one is only the prefix
+    ("Target: red circle.", " SAY: red", 1.0),
+    ("Target: red circle.", " SAY: blue", -1.0),
+    ("Target: a green square, far away.", " SAY: green square", 0.5),
+    ("You heard: red. Pick 1-3.", " ACTION: 2", -0.5),
+    ("", " hm", 0.2),
+]
+
+
+def _prefix_turns(model: torch.nn.Module, tok: object) -> list[TurnRecord]:
+    turns = []
+    other = tok.encode("Unrelated prompt", add_special_tokens=False)  # type: ignore[attr-defined]
+    rows = [(SYSTEM + o, r, a) for o, r, a in OBSERVATIONS] + [("Unrelated prompt", "x!", 0.3)]
+    for i, (prompt, response, advantage) in enumerate(rows):
+        p = tok.encode(prompt, add_special_tokens=False)  # type: ignore[attr-defined]
+        r = tok.encode(response, add_special_tokens=False)  # type: ignore[attr-defined]
+        with torch.no_grad():
+            logp, _ = sequence_logprobs(model, [p], [r])
+        old = [v - 0.1 * ((i + j) % 3 - 1) for j, v in enumerate(logp[0].tolist())]
+        turn = TurnRecord("a", "shared", 0, 0, i, 0, p, r, old, [1] * len(r))
+        turn.advantage = advantage
+        turns.append(turn)
+    assert turns[-1].prompt_ids == other
+    return turns
+
+
+@pytest.mark.parametrize(
+    "settings", [{}, {"beta": 0.04, "top_p": 0.9, "temperature": 0.7}, {"lora": True}],
+    ids=["grpo", "kl-top-p", "lora"],
+)
+def test_a_common_prefix_runs_once_with_the_same_loss_and_gradient(settings: dict) -> None:
+    model, tok = load_model(ModelSpec(kind="tiny", seed=6))
+    settings = dict(settings)
+    if settings.pop("lora", False):
+        model = _lora(model)
+    turns = _prefix_turns(model, tok)
+    loss_on, grad_on = _loss_and_gradient(model, turns, share_prompts=True, **settings)
+    loss_off, grad_off = _loss_and_gradient(model, turns, share_prompts=False, **settings)
+    assert loss_on == pytest.approx(loss_off, rel=1e-5, abs=1e-7)
+    assert _relative(grad_on, grad_off) < 1e-5
+
+
+def test_the_common_prefix_reaches_the_model_once() -> None:
+    model, tok = load_model(ModelSpec(kind="tiny", seed=6))
+    turns = _prefix_turns(model, tok)
+    log = _ForwardLog(model)
+    Learner(model, LearnerSettings(share_prompts=True)).loss(turns)
+    uncached = [row for rows, cached in log.calls if not cached for row in rows]
+    # the prefix-only prompt keeps its last token, so the common prefix is SYSTEM but that one
+    prefix = tok.encode(SYSTEM, add_special_tokens=False)[:-1]
+    unrelated = tok.encode("Unrelated prompt", add_special_tokens=False)
+    assert sorted(uncached) == sorted([prefix, unrelated])  # the prefix once, not 4 times
+    # on the prefix's cache: each distinct prompt's rest, once
+    cached_rows = [tuple(row) for rows, cached in log.calls if cached for row in rows]
+    distinct = {tuple(t.prompt_ids) for t in turns if t.prompt_ids != unrelated}
+    assert len(distinct) == 4
+    for p in distinct:
+        assert cached_rows.count(p[len(prefix) :]) == 1
+
+
+def test_prefix_clusters() -> None:
+    a = list(range(20)) + [1, 2]
+    b = list(range(20)) + [3]
+    c = list(range(20))  # a prefix of a and b: keeps its last token
+    d = [7] * 30
+    clusters = prefix_clusters([a, b, c, d, a[:10] + [99]], min_prefix=16)
+    assert sorted((n, sorted(m)) for n, m in clusters) == [(0, [3]), (0, [4]), (19, [0, 1, 2])]
+    assert all(n == 0 for n, _ in prefix_clusters([a, b, c], min_prefix=0))
+    assert prefix_clusters([], 16) == []
