@@ -13,7 +13,9 @@ times, on the same turns:
 Also reported: the prompt tokens each setting sends through the model, and the learner's
 gradient difference between the two (float rounding). A third comparison times the shared
 update's length buckets (prompts of 4 lengths, 150 to 1,200 tokens, each shown to 4 turns):
-buckets that pad at most 1/8 of their tokens, against one bucket padded to the longest.
+buckets that pad at most 1/8 of their tokens, against one bucket padded to the longest. A fourth
+times the update on prompts that are all distinct but share a system prompt (the listener of
+``--distinct`` signal-v1 seeds): the common prefix run once, against no prefix sharing.
 
 The default model is a small Llama with the character tokenizer (``--model tiny``: hidden 256,
 4 layers, so prompts are long and the share of prompt compute is like a real model's);
@@ -39,8 +41,9 @@ from common import alternate, machine, quick, row, timed, write  # noqa: E402
 import marl  # noqa: E402
 from marl.agents.backends import SamplingConfig  # noqa: E402
 from marl.agents.backends.hf import HFBackend  # noqa: E402
-from marl.agents.logprobs import response_logprobs  # noqa: E402
+from marl.agents.logprobs import MIN_SHARED_PREFIX, response_logprobs  # noqa: E402
 from marl.agents.models import ModelSpec, load_model  # noqa: E402
+from marl.agents.prompts import prompt_ids  # noqa: E402
 from marl.learner import Learner, LearnerSettings  # noqa: E402
 from marl.rollout import EpisodeSlot, run_episodes  # noqa: E402
 from marl.workers import step_seeds  # noqa: E402
@@ -75,6 +78,8 @@ def main() -> None:
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=12)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--distinct", type=int, default=8 if quick() else 16,
+                   help="distinct prompts with one system prompt (the prefix comparison)")
     args = p.parse_args()
     import torch
 
@@ -124,11 +129,31 @@ def main() -> None:
 
         return timed(step)
 
+    listener_prompts, listener_responses = [], []
+    for seed in range(args.distinct):
+        env = marl.make("signal-v1")
+        observations, _ = env.reset(seed=seed)
+        listener_prompts.append(prompt_ids(tokenizer, env.system_prompt("listener"),
+                                           observations["listener"] + f" (game {seed})"))
+        listener_responses.append([rng.randrange(5, 90) for _ in range(args.max_new_tokens)])
+    assert len({tuple(x) for x in listener_prompts}) == args.distinct  # all distinct
+
+    def prefix(min_prefix: int) -> float:
+        def step() -> None:
+            model.zero_grad(set_to_none=True)
+            out = response_logprobs(model, listener_prompts, listener_responses,
+                                    share_prompts=True, min_prefix=min_prefix)
+            (out.sampling * out.mask).sum().backward()
+
+        return timed(step)
+
     state = machine()
     gen = alternate({n: (lambda n=n: generate(n)) for n in backends}, args.rounds)
     upd = alternate({n: (lambda n=n: update(n)) for n in backends}, args.rounds)
     bkt = alternate({"buckets": lambda: buckets(0.125), "one bucket": lambda: buckets(1.0)},
                     args.rounds)
+    pfx = alternate({"prefix once": lambda: prefix(MIN_SHARED_PREFIX),
+                     "no prefix sharing": lambda: prefix(0)}, args.rounds)
     state["load_average_after"] = machine()["load_average"]
 
     grads = {}
@@ -157,6 +182,12 @@ def main() -> None:
     summary.append(row("length buckets: one / buckets",
                        bkt["one bucket"]["median"] / bkt["buckets"]["median"], "x",
                        f"prompt lengths {lengths}"))
+    for name in ("no prefix sharing", "prefix once"):
+        summary.append(row(f"update, {args.distinct} distinct prompts, {name}",
+                           pfx[name]["median"], "s", f"min {pfx[name]['min']:.3g}"))
+    summary.append(row("common prefix: none / once",
+                       pfx["no prefix sharing"]["median"] / pfx["prefix once"]["median"], "x",
+                       "signal-v1 listener prompts, one system prompt"))
     summary += [
         row("turns / distinct prompts", f"{len(turns)} / {len(distinct)}", "",
             f"prompt tokens {prompt_tokens['unshared']} -> {prompt_tokens['shared']}; "
@@ -168,6 +199,7 @@ def main() -> None:
     write("shared_prompts", {
         "args": vars(args), "model": copy.copy(spec.__dict__), "generate": gen, "update": upd,
         "length_buckets": {"prompt_lengths": lengths, **bkt},
+        "common_prefix": {"distinct_prompts": args.distinct, **pfx},
         "turns": len(turns), "distinct_prompts": len(distinct), "prompt_tokens": prompt_tokens,
         "response_tokens": response_tokens, "gradient_relative_difference": relative,
         "machine": state,
