@@ -313,6 +313,18 @@ def prefix_clusters(
     return groups
 
 
+def common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the prefix common to all ``prompts``, leaving each at least one token after
+    it (0 for fewer than two prompts)."""
+    if len(prompts) < 2:
+        return 0
+    length = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for p in prompts[1:]:
+        length = _common_prefix(first, p, length)
+    return max(0, length)
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     """Length of the common prefix of ``a`` and ``b``, at most ``limit``."""
     n = 0

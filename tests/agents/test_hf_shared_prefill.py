@@ -23,8 +23,10 @@ class _Calls:
         self.handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
 
     def _record(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        ids, mask = kwargs["input_ids"], kwargs.get("attention_mask")
         width = ids.shape[1]
+        if mask is None:
+            mask = torch.ones_like(ids)
         rows = [
             [t for t, m in zip(row, mask[i, -width:].tolist()) if m]
             for i, row in enumerate(ids.tolist())
@@ -126,3 +128,81 @@ def test_the_same_prompt_under_two_adapters_is_not_shared() -> None:
     assert alone_a.response_ids != alone_base.response_ids
     assert mixed[0][0].response_ids == mixed[2][1].response_ids == alone_a.response_ids
     assert mixed[1][1].response_ids == alone_base.response_ids
+
+
+SYSTEM = "You play a signalling game with a partner. Answer with one line of markup."
+
+
+def _system_prompts(tok) -> list[list[int]]:
+    def chat(user: str) -> list[int]:
+        return tok.apply_chat_template(
+            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
+            add_generation_prompt=True, tokenize=True, return_dict=False,
+        )
+
+    return [chat("Target: red."), chat("You heard: blue circle. Pick one."), chat("Hi")]
+
+
+def test_a_system_prompt_common_to_every_prompt_is_prefilled_once() -> None:
+    backend = HFBackend(ModelSpec(seed=3))
+    prompts = _system_prompts(backend.tokenizer)  # all distinct, one system prompt
+    calls = _Calls(backend.model)
+    groups = backend.generate(prompts, SamplingConfig(max_new_tokens=5, n=1), seed=0)
+    uncached = [rows for rows, cached in calls.calls if not cached]
+    assert len(uncached) == 1 and len(uncached[0]) == 1  # one call, one row: the prefix
+    prefix = uncached[0][0]
+    assert len(prefix) > len(SYSTEM)  # the chat template's system turn and more
+    assert all(p[: len(prefix)] == prefix for p in prompts)
+    rests = calls.calls[1][0]  # then each prompt's rest but its last token, on the cache
+    assert sorted(map(tuple, rests)) == sorted(tuple(p[len(prefix) : -1]) for p in prompts)
+    assert [g[0].prompt_ids for g in groups] == prompts
+
+
+def test_prefix_sharing_keeps_greedy_outputs_and_logprobs() -> None:
+    shared = HFBackend(ModelSpec(seed=3))
+    plain = HFBackend(ModelSpec(seed=3), share_prompts=False)
+    prompts = _system_prompts(shared.tokenizer)
+    prompts = prompts + prompts[:1]  # a repeat as well
+    greedy = SamplingConfig(max_new_tokens=10, temperature=0.0, n=2)
+    got, want = shared.generate(prompts, greedy), plain.generate(prompts, greedy)
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            assert a.response_ids == b.response_ids
+            torch.testing.assert_close(
+                torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=LOGPROB_ATOL, rtol=0
+            )
+    sampling = SamplingConfig(max_new_tokens=12, temperature=0.8, top_p=0.9, n=3)
+    gens = [g for group in shared.generate(prompts, sampling, seed=2) for g in group]
+    with torch.no_grad():
+        logp, mask = sequence_logprobs(
+            shared.model, [g.prompt_ids for g in gens], [g.response_ids for g in gens],
+            temperature=0.8, top_p=0.9, pad_token_id=shared.tokenizer.pad_token_id,
+        )  # (B, T), (B, T)
+    reported = torch.zeros_like(logp)
+    for i, g in enumerate(gens):
+        reported[i, : len(g.logprobs)] = torch.tensor(g.logprobs)
+    torch.testing.assert_close(reported * mask, logp * mask, atol=LOGPROB_ATOL, rtol=0)
+
+
+def test_prefix_sharing_under_one_lora_adapter_equals_no_sharing() -> None:
+    outputs = []
+    for share in (True, False):
+        backend = HFBackend(ModelSpec(seed=2), share_prompts=share)
+        torch.manual_seed(0)  # the adapter's A matrices
+        backend.add_adapter("alice")
+        with torch.no_grad():
+            for name, p in backend.model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
+        prompts = _system_prompts(backend.tokenizer)
+        calls = _Calls(backend.model.get_base_model().model)  # peft calls it, with hooks
+        greedy = SamplingConfig(max_new_tokens=8, temperature=0.0, n=2)
+        groups = backend.generate(prompts, greedy, adapters=["alice"] * 3)
+        outputs.append([[(g.response_ids, g.logprobs) for g in group] for group in groups])
+        first_rows = len(calls.calls[0][0])
+        assert first_rows == (1 if share else 6)  # the prefix alone, or every row
+    for got, want in zip(*outputs):
+        for (ids_a, lp_a), (ids_b, lp_b) in zip(got, want):
+            assert ids_a == ids_b
+            torch.testing.assert_close(torch.tensor(lp_a), torch.tensor(lp_b),
+                                       atol=LOGPROB_ATOL, rtol=0)
