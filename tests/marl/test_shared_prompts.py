@@ -330,3 +330,22 @@ def test_prefix_clusters() -> None:
     assert sorted((n, sorted(m)) for n, m in clusters) == [(0, [3]), (0, [4]), (19, [0, 1, 2])]
     assert all(n == 0 for n, _ in prefix_clusters([a, b, c], min_prefix=0))
     assert prefix_clusters([], 16) == []
+
+
+def test_warmup_imitation_loss_is_the_same_with_shared_prompts() -> None:
+    from marl.warmup import imitation_loss
+
+    model, tok = load_model(ModelSpec(kind="tiny", seed=7))
+    turns = _prefix_turns(model, tok)
+    results = {}
+    for share in (True, False):
+        copy_ = copy.deepcopy(model)
+        loss, tokens = imitation_loss(
+            copy_, [t.prompt_ids for t in turns], [t.response_ids for t in turns], 0, share
+        )
+        loss.backward()
+        grads = [p.grad.clone() for p in copy_.parameters()]
+        results[share] = (float(loss.detach()), tokens, grads)
+    assert results[True][0] == pytest.approx(results[False][0], rel=1e-5)
+    assert results[True][1] == results[False][1]
+    assert _relative(results[True][2], results[False][2]) < 1e-5
