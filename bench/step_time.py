@@ -12,7 +12,8 @@ tokenizer, so it runs in seconds. ``--config demo`` is the job of ``make run`` (
 bf16); measure that on a quiet machine:
 
     nice -n 19 .venv/bin/python bench/step_time.py            # BENCH_QUICK=1: smaller
-    .venv/bin/python bench/step_time.py --config demo --steps 2 warmup.steps=0 train.eval_episodes=0
+    .venv/bin/python bench/step_time.py --config demo --steps 2 warmup.steps=0 \
+        train.eval_episodes=0 emergence.influence_every=0
 """
 
 from __future__ import annotations
