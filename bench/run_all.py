@@ -10,7 +10,8 @@ A benchmark that needs something this install lacks (TRL: ``pip install -e ".[be
 needs. The heavy ones (minutes of SmolLM2 each) run only without ``BENCH_QUICK``. The
 experiments that produce the docs' learning results (communication.py, credit_experiment.py,
 prompt_choices.py) and the computed, not measured, scaling_figures.py are not benchmarks and are
-not run here.
+not run here. ``bench/run_all.py --collect`` prints the table of the stored results without
+running anything.
 """
 
 from __future__ import annotations
@@ -54,7 +55,26 @@ def missing(needs: tuple[str, ...]) -> list[str]:
     return lacking
 
 
+def collect() -> list[dict[str, Any]]:
+    """The summary rows of the results already in bench/results/, nothing run."""
+    rows: list[dict[str, Any]] = []
+    for _, name, _, _, _ in BENCHES:
+        path = RESULTS / f"{name}.json"
+        if not path.exists():
+            rows.append({"bench": name, **row("no result yet", "-")})
+            continue
+        data = json.loads(path.read_text())
+        summary = data.get("summary") or [row("ran", "-", "", f"see {path.name}")]
+        mode = "quick" if data.get("quick") else "full"
+        rows += [{"bench": name, **r, "note": f"{r.get('note', '')} [{mode}]".strip()}
+                 for r in summary]
+    return rows
+
+
 def main() -> None:
+    if "--collect" in sys.argv[1:]:  # one table of the stored results, without running
+        print(table(collect()))
+        return
     rows: list[dict[str, Any]] = []
     state = machine()
     for script, name, needs, in_quick, extra in BENCHES:
