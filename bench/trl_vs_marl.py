@@ -21,6 +21,11 @@ median of the per-round medians, and the ratios. ``--dtype bfloat16`` runs ours 
 and fp32 master weights, and TRL with ``bf16=True`` (autocast over fp32 weights): each at its
 best CPU setting. Torch threads: ``--threads`` (1 is fastest on a busy 2-core machine).
 
+The update's achieved FLOP/s is reported as a share of this machine's matmul peak in the same
+dtype, measured in the same run (a 2048^3 matmul, best of 5): nominal training FLOPs,
+``6 x parameters x (prompt + completion tokens)``, over the update time. Ours computes a
+shared prompt once, so its nominal figure counts work it skipped: an effective rate.
+
 TRL is not in the default install: ``pip install -e ".[bench]"``. Measure on a quiet machine:
 
     .venv/bin/python bench/trl_vs_marl.py                         # SmolLM2, fp32
@@ -81,6 +86,25 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     # fp32 weights for TRL (its bf16 is autocast); ours holds bf16 weights with fp32 masters
     dtype = args.dtype if args.contender == "marl" else "float32"
     return load_model(ModelSpec(kind=args.model, dtype=dtype))
+
+
+def matmul_peak(dtype: str, threads: int, size: int = 2048) -> float:
+    """FLOP/s of the best of 5 ``size``^3 matmuls in ``dtype`` with ``threads`` torch threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    kind = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    a = torch.randn(size, size, dtype=kind)  # (n, n)
+    b = torch.randn(size, size, dtype=kind)  # (n, n)
+    a @ b  # warm-up
+    best = min(_timed(lambda: a @ b) for _ in range(5))
+    return 2 * size**3 / best
+
+
+def _timed(fn: Any) -> float:
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
 
 
 def _peak_rss_gb() -> float:
@@ -225,15 +249,19 @@ def worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     runs = run_marl(args) if args.contender == "marl" else run_trl(args)
-    print(json.dumps({"iterations": runs, "peak_rss_gb": _peak_rss_gb()}))
+    params = sum(p.numel() for p in _load(args)[0].parameters())
+    print(json.dumps({"iterations": runs, "peak_rss_gb": _peak_rss_gb(), "parameters": params}))
 
 
-def _per_round(iterations: list[dict[str, float]], args: argparse.Namespace) -> dict[str, float]:
-    """Medians over one round's iterations, plus throughput."""
+def _per_round(
+    iterations: list[dict[str, float]], args: argparse.Namespace, params: int, peak: float
+) -> dict[str, float]:
+    """Medians over one round's iterations, plus throughput and the share of the matmul peak."""
     med = {k: statistics.median(x[k] for x in iterations) for k in iterations[0]}
     tokens = med["prompt_tokens"] + med["completion_tokens"]
     med["turns_per_s"] = args.prompts * args.generations / med["step_s"]
     med["update_tokens_per_s"] = tokens / med["update_s"] if med["update_s"] > 0 else 0.0
+    med["update_flops_share_of_peak"] = 6 * params * med["update_tokens_per_s"] / peak
     return med
 
 
@@ -260,6 +288,8 @@ def main() -> None:
     except ImportError:
         sys.exit('trl_vs_marl: TRL is not installed; pip install -e ".[bench]"')
     state = machine()
+    peak = matmul_peak(args.dtype, args.threads)
+    state["matmul_peak_flops"] = peak
     rounds: dict[str, list[dict[str, Any]]] = {c: [] for c in CONTENDERS}
     forwarded = list(sys.argv[1:])
     for _ in range(args.rounds):
@@ -273,8 +303,8 @@ def main() -> None:
                 sys.stderr.write(done.stderr[-4000:])
                 sys.exit(f"trl_vs_marl: the {contender} run failed")
             result = json.loads(done.stdout.strip().splitlines()[-1])
-            rounds[contender].append({**_per_round(result["iterations"], args),
-                                      "peak_rss_gb": result["peak_rss_gb"]})
+            per_round = _per_round(result["iterations"], args, result["parameters"], peak)
+            rounds[contender].append({**per_round, "peak_rss_gb": result["peak_rss_gb"]})
     state["load_average_after"] = machine()["load_average"]
     summary: list[dict[str, Any]] = []
     figures = {}
@@ -291,6 +321,9 @@ def main() -> None:
             row(f"{contender}: update", f["update_s"]["median"], "s",
                 f"{f['update_tokens_per_s']['median']:.0f} tokens/s"),
             row(f"{contender}: peak RSS", f["peak_rss_gb"]["median"], "GB"),
+            row(f"{contender}: update FLOP/s, share of the matmul peak",
+                f["update_flops_share_of_peak"]["median"], "",
+                f"nominal 6 N tokens; peak {peak / 1e9:.0f} GFLOP/s {args.dtype}"),
         ]
     ours, theirs = figures["marl"], figures["trl"]
     summary += [
