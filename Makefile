@@ -1,6 +1,8 @@
 # The two commands of this project. Each does all of its own set-up.
 #   make run   - create the venv if needed, install, fetch the embedded model once, train
 #   make test  - create the venv if needed and run the test suite (CI runs this)
+#   make bench - every benchmark in bench/: one table, JSON under bench/results/
+#                (BENCH_QUICK=1: short runs; docs/benchmarks.md)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +13,7 @@ STAMP  := $(VENV)/.installed
 # a multi-GB CUDA build to satisfy the project's torch range.
 TORCH  ?= torch==2.13.0
 
-.PHONY: run test lint venv clean
+.PHONY: run test lint venv clean bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +33,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

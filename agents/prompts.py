@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -41,15 +42,34 @@ def prompt_ids(
     templated = [{**m, "content": slot} for m, slot in zip(messages, slots, strict=True)]
     rendered = tokenizer.apply_chat_template(templated, add_generation_prompt=True, tokenize=False)
     ids: list[int] = []
-    # the capturing group keeps the placeholders: odd pieces are content, even ones template
-    for k, piece in enumerate(re.split(f"({'|'.join(map(re.escape, slots))})", rendered)):
-        if k % 2:
+    for piece, is_slot in _split_at(rendered, slots):
+        if is_slot:
             ids += untrusted_ids(tokenizer, slots[piece])
         elif piece:
             ids += _encode(tokenizer, piece, split_special_tokens=False)
     if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
         ids = ids[-max_prompt_tokens:]
     return ids
+
+
+def _split_at(text: str, separators: Iterable[str]) -> list[tuple[str, bool]]:
+    """``text`` cut at every occurrence of the ``separators`` (literal strings, none a prefix of
+    another), as ``(piece, is_separator)`` pairs in order. Plain ``str.split``: a regular
+    expression built from the per-call nonce would be compiled anew on every call and would
+    evict the other compiled patterns from ``re``'s cache."""
+    pieces = [(text, False)]
+    for sep in separators:
+        cut: list[tuple[str, bool]] = []
+        for piece, is_sep in pieces:
+            if is_sep or sep not in piece:
+                cut.append((piece, is_sep))
+                continue
+            for j, part in enumerate(piece.split(sep)):
+                if j:
+                    cut.append((sep, True))
+                cut.append((part, False))
+        pieces = cut
+    return pieces
 
 
 def untrusted_ids(tokenizer: Any, text: str) -> list[int]:

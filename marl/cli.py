@@ -117,13 +117,23 @@ def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) 
 def _play_task(cfg) -> None:  # noqa: ANN001 - Hydra passes a DictConfig
     from marl.play import play
 
-    _guarded(lambda: play(cfg))
+    _guarded(lambda: _start_threads(cfg) and play(cfg))
 
 
 def _train_task(cfg) -> None:  # noqa: ANN001
     from marl.train import train
 
-    _guarded(lambda: train(cfg))
+    _guarded(lambda: _start_threads(cfg) and train(cfg))
+
+
+def _start_threads(cfg) -> bool:  # noqa: ANN001
+    """The process starts: torch threads as ``runtime.threads`` says (default: the cores this
+    process may use), with a one-line warning when the machine looks oversubscribed."""
+    from marl.config import load_config
+    from marl.threads import configure_threads
+
+    configure_threads(load_config(cfg).runtime.threads)
+    return True
 
 
 def _guarded(fn: Callable[[], object]) -> None:

@@ -375,6 +375,26 @@ class RayConfig:
 
 
 @dataclass
+class RuntimeSettings:
+    """How this process uses the machine (:mod:`marl.threads`).
+
+    threads: torch's CPU threads (``torch.set_num_threads``), set when ``marl train`` or
+             ``marl play`` starts; null = the cores this process may use
+             (``os.sched_getaffinity``), or ``OMP_NUM_THREADS`` when set. A library call of
+             ``marl.train.train`` applies only an explicit value. When the load average at
+             start is above the core count, one line warns that the machine is oversubscribed.
+    """
+
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise ConfigError(f"runtime.threads: must be a whole number >= 1, got {self.threads!r}")
+
+
+@dataclass
 class Config:
     """Everything ``marl play`` and ``marl train`` read.
 
@@ -401,6 +421,7 @@ class Config:
                      are allowed, an exact agent name wins over a pattern.
     ray:             the Ray runtime (:class:`RayConfig`).
     emergence:       the emergent-communication metrics (:class:`EmergenceConfig`).
+    runtime:         torch threads of this process (:class:`RuntimeSettings`).
     """
 
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
@@ -425,6 +446,7 @@ class Config:
     policy_map: dict[str, str] = field(default_factory=dict)
     ray: RayConfig = field(default_factory=RayConfig)
     emergence: EmergenceConfig = field(default_factory=EmergenceConfig)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
 
     def __post_init__(self) -> None:
         _choice("agents", self.agents, ("llm", "scripted"))

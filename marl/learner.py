@@ -37,6 +37,14 @@ One :meth:`Learner.update` on the N turns of an iteration that have a response:
   model after each step, so updates far smaller than bf16's resolution accumulate in the
   masters instead of rounding away. The masters are part of :meth:`Learner.state_dict`.
 - **Devices.** Every tensor is built on the model's device.
+- **Shared prompts** (``share_prompts``, on by default). Turns of a minibatch whose prompt
+  token ids are identical (the G episodes of a GRPO group often show an agent the same prompt)
+  run their prompt through the model once and their responses on its key/value cache
+  (:mod:`marl.agents.logprobs`); the loss and the gradient are those of the padded forward to
+  float rounding. To let a prompt's turns meet in one minibatch, the shuffled order is then
+  regrouped so that turns with the same prompt sit together (groups in shuffled order, the
+  minibatch sizes unchanged), as TRL keeps a prompt's completions in one batch. Off, every turn
+  runs ``prompt + response`` in one padded forward and minibatches are plain shuffles.
 
 The learner trains whatever parameters of its model require gradients: every weight of a full
 model, only the adapter of a peft LoRA model (whose KL reference is then the same model with the
@@ -68,6 +76,7 @@ __all__ = [
     "NonFiniteUpdateError",
     "UpdateSettings",
     "nonfinite_tensors",
+    "prompts_together",
 ]
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -99,6 +108,12 @@ class UpdateSettings:
     max_nonfinite_updates: an optimizer step whose loss, gradient or new weights hold a NaN or
                  inf is skipped (weights and AdamW state left as before it) and counted in
                  ``policies/<id>/nonfinite_skips``; this many skipped steps in a row stop the run.
+    share_prompts: turns of a minibatch with identical prompt ids run their prompt through the
+                 model once and the responses on its key/value cache, in prompt-length buckets
+                 (the same loss and gradient, less compute); minibatches keep a prompt's turns
+                 together. The HF backend likewise prefills each distinct prompt of a generate
+                 call once. false = one padded ``prompt + response`` forward per minibatch and
+                 one prefill row per sample (docs/benchmarks.md).
     """
 
     level: str = "token"
@@ -112,6 +127,7 @@ class UpdateSettings:
     epochs: int = 1
     minibatch_size: int = 16
     max_nonfinite_updates: int = 3
+    share_prompts: bool = True
 
 
 @dataclass
@@ -245,6 +261,8 @@ class Learner:
             for _ in range(s.epochs):
                 order = list(usable)
                 self.rng.shuffle(order)
+                if s.share_prompts:
+                    order = prompts_together(order)
                 for start in range(0, len(order), s.minibatch_size):
                     batch = order[start : start + s.minibatch_size]
                     step = self._minibatch_step(batch)
@@ -307,6 +325,7 @@ class Learner:
             top_p=s.top_p,
             pad_token_id=self.pad_token_id,
             untruncated=s.beta > 0,
+            share_prompts=s.share_prompts,
         )
         logp_new = new.sampling  # (B, T)
         device, dtype, width = logp_new.device, logp_new.dtype, logp_new.shape[1]
@@ -345,6 +364,7 @@ class Learner:
                 temperature=self.settings.temperature,
                 top_p=1.0,
                 pad_token_id=self.pad_token_id,
+                share_prompts=self.settings.share_prompts,
             ).sampling
 
     def _clip_gradients(self) -> float:
@@ -445,6 +465,15 @@ class Learner:
             self.masters.load(state["master"])
         else:
             self.masters.reset_from_model()
+
+
+def prompts_together(turns: Sequence[TurnRecord]) -> list[TurnRecord]:
+    """``turns`` regrouped so that turns with identical prompt ids are adjacent: the groups in
+    the order of their first turn, each group's turns in their given order."""
+    groups: dict[tuple[int, ...], list[TurnRecord]] = {}
+    for turn in turns:
+        groups.setdefault(tuple(turn.prompt_ids), []).append(turn)
+    return [turn for group in groups.values() for turn in group]
 
 
 def _adamw(params: list[torch.Tensor], settings: LearnerSettings) -> torch.optim.Optimizer:

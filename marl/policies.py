@@ -39,7 +39,17 @@ def sampling_config(config: Config) -> SamplingConfig:
 def build_backend(config: Config, model: ModelSpec | None = None, **kwargs: Any) -> PolicyBackend:
     """Load a model (the run's, or ``model``) and wrap it in the configured backend."""
     loaded, tokenizer = load_model(model or config.model)
-    return make_backend(config.backend, model=loaded, tokenizer=tokenizer, **kwargs)
+    return make_backend(
+        config.backend, model=loaded, tokenizer=tokenizer, **_backend_options(config, kwargs)
+    )
+
+
+def _backend_options(config: Config, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Backend keyword arguments: the HF backend also takes ``algo.share_prompts`` (one prefill
+    per distinct prompt of a generate call)."""
+    if config.backend == "hf":
+        return {"share_prompts": config.algo.share_prompts, **kwargs}
+    return kwargs
 
 
 def learner_settings(
@@ -219,7 +229,9 @@ def _backend(config: Config, model: ModelSpec, device: str | None, **kwargs: Any
     loaded, tokenizer = load_model(model)
     if device is not None:
         loaded = loaded.to(device)
-    return make_backend(config.backend, model=loaded, tokenizer=tokenizer, **kwargs)
+    return make_backend(
+        config.backend, model=loaded, tokenizer=tokenizer, **_backend_options(config, kwargs)
+    )
 
 
 class PolicyLearner:

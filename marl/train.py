@@ -123,6 +123,10 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
     config_yaml = OmegaConf.to_yaml(OmegaConf.structured(config))
     (run_dir / "config.yaml").write_text(config_yaml)
     seed_everything(config.seed)
+    if config.runtime.threads is not None:  # the CLI applies the default at process start
+        import torch
+
+        torch.set_num_threads(config.runtime.threads)
 
     runtime = make_runtime(config, plan)
     logger = TensorBoardLogger(run_dir / "tensorboard", enabled=config.logging.tensorboard)

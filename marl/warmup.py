@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from marl.agents.heads import head_ids, response_head
-from marl.agents.logprobs import sequence_logprobs
+from marl.agents.logprobs import response_logprobs
 from marl.agents.prompts import prompt_ids
 from marl.config import Config, ConfigError
 from marl.learner import MasterWeights
@@ -157,11 +157,21 @@ def imitation_loss(
     prompts: Sequence[Sequence[int]],
     responses: Sequence[Sequence[int]],
     pad_token_id: int,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, int]:
-    """Mean negative log-likelihood per response token, and the number of tokens."""
-    logp, mask = sequence_logprobs(
-        model, list(prompts), list(responses), temperature=1.0, top_p=1.0, pad_token_id=pad_token_id
-    )  # (B, T), (B, T)
+    """Mean negative log-likelihood per response token, and the number of tokens.
+    ``share_prompts``: identical prompts and common prefixes run once (``algo.share_prompts``;
+    the same loss and gradient, :mod:`marl.agents.logprobs`)."""
+    out = response_logprobs(
+        model,
+        list(prompts),
+        list(responses),
+        temperature=1.0,
+        top_p=1.0,
+        pad_token_id=pad_token_id,
+        share_prompts=share_prompts,
+    )
+    logp, mask = out.sampling, out.mask  # (B, T), (B, T)
     mask = mask.to(logp.dtype)
     tokens = mask.sum()
     return -(logp * mask).sum() / tokens.clamp(min=1.0), int(tokens.item())
@@ -181,8 +191,10 @@ class Imitator:
         batch_size: int,
         autocast: bool,
         masters: MasterWeights | None = None,
+        share_prompts: bool = False,
     ) -> None:
         self.model = model
+        self.share_prompts = share_prompts
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.autocast = autocast
@@ -201,7 +213,11 @@ class Imitator:
             batch = encoded[start : start + self.batch_size]
             with _autocast(self.autocast):
                 loss, tokens = imitation_loss(
-                    self.model, [p for p, _ in batch], [r for _, r in batch], self.pad
+                    self.model,
+                    [p for p, _ in batch],
+                    [r for _, r in batch],
+                    self.pad,
+                    self.share_prompts,
                 )
             (loss * tokens / max(total_tokens, 1)).backward()
             loss_sum += float(loss.detach()) * tokens
@@ -224,7 +240,11 @@ class Imitator:
         encoded = [encode_turn(self.tokenizer, t) for t in turns]
         self.model.eval()
         loss, _ = imitation_loss(
-            self.model, [p for p, _ in encoded], [r for _, r in encoded], self.pad
+            self.model,
+            [p for p, _ in encoded],
+            [r for _, r in encoded],
+            self.pad,
+            self.share_prompts,
         )
         return float(loss)
 
@@ -256,6 +276,7 @@ def run_warmup(
             w.batch_size,
             autocast,
             masters=getattr(getattr(pl, "learner", None), "masters", None),
+            share_prompts=config.algo.share_prompts,
         )
         for pid, pl in learners.items()
     }

@@ -1,8 +1,15 @@
 """The Hugging Face transformers backend: batched generate with logprobs, LoRA adapters.
 
 Every call to :meth:`HFBackend.generate` is ONE ``model.generate`` over all prompts x ``n``
-samples, left-padded. Several LoRA adapters share the base model and still fit in that one call:
-peft routes each row to its adapter through ``adapter_names=[...]`` (``"__base__"`` = no adapter).
+samples, left-padded. Identical prompts (the G episodes of a GRPO group often show an agent the
+same one) and the ``n`` samples of a prompt share one prefill: each distinct prompt (with its
+adapter) runs through the model once, its key/value cache is indexed out to all its rows, and
+``generate`` continues from that cache. When every distinct prompt of a call begins with the
+same 16 tokens or more (a system prompt) under one adapter, that prefix runs once too, and the
+padding goes between it and the rest of each prompt (``share_prompts=False`` turns all this
+off). Several LoRA
+adapters share the base model and still fit in that one call: peft routes each row to its
+adapter through ``adapter_names=[...]`` (``"__base__"`` = no adapter).
 The logprob reported for each sampled token is under the distribution it was sampled from
 (temperature-scaled, top-p applied, by transformers' own warpers); for greedy decoding it is the
 model's own distribution (temperature 1). The logprobs are recorded step by step by a last
@@ -24,6 +31,13 @@ from marl.agents.backends.base import (
     SamplingConfig,
     copy_weights,
     register_backend,
+)
+from marl.agents.logprobs import (
+    MIN_SHARED_PREFIX,
+    cache_keyword,
+    cache_rows,
+    common_prefix_length,
+    output_cache,
 )
 from marl.agents.models import ModelSpec, load_model
 
@@ -54,6 +68,7 @@ class HFBackend:
         spec: ModelSpec | None = None,
         device: str | torch.device | None = None,
         lora_config: Any = None,
+        share_prompts: bool = True,
     ) -> None:
         if isinstance(model, ModelSpec):
             model, spec = None, model
@@ -71,6 +86,7 @@ class HFBackend:
         self.model: Any = model.eval()
         self.tokenizer = tokenizer
         self.lora_config = lora_config
+        self.share_prompts = share_prompts  # one prefill per distinct prompt (module docstring)
         # A model handed over already wrapped by peft keeps its adapters.
         self.adapters: set[str] = set(getattr(model, "peft_config", {}) or {})
         self.eos_ids = _eos_ids(model, tokenizer)
@@ -105,16 +121,28 @@ class HFBackend:
             bad = [i for i, p in enumerate(prompts) if len(p) == 0]
             raise ValueError(f"generate: prompts {bad} are empty; every prompt needs a token")
         n = sampling.n
-        # Prompt i fills rows i*n .. i*n+n-1; R = len(prompts) * n rows in all.
-        row_prompts = [list(p) for p in prompts for _ in range(n)]
-        input_ids, attention = self._left_pad(row_prompts)  # (R, P), (R, P)
-        kwargs: dict[str, Any] = {}
+        names: list[str] | None = None
         if self.adapters:
             names = self._adapter_rows(prompts, adapters)
-            kwargs["adapter_names"] = [name for name in names for _ in range(n)]
         elif adapters is not None and any(a is not None for a in adapters):
             unknown = sorted({a for a in adapters if a is not None})
             raise KeyError(f"generate: unknown adapter(s) {unknown}; no adapters are loaded")
+        # D distinct (prompt, adapter) pairs; prompt i fills rows i*n .. i*n+n-1 (R rows), each
+        # a copy of its distinct pair's padded row
+        distinct: dict[tuple[tuple[int, ...], str | None], int] = {}
+        keys = [(tuple(p), names[i] if names else None) for i, p in enumerate(prompts)]
+        source = [distinct.setdefault(key, len(distinct)) for key in keys for _ in range(n)]
+        rows = torch.tensor(source)  # (R,): each row's distinct pair
+        texts = [list(p) for p, _ in distinct]
+        prefix = 0  # a prefix common to every distinct prompt (a system prompt), run once
+        if self.share_prompts and len(texts) > 1 and len({a for _, a in distinct}) == 1:
+            prefix = common_prefix_length(texts)
+            prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
+        unique_ids, unique_mask = self._left_pad(texts, prefix)  # (D, P)
+        input_ids, attention = unique_ids[rows], unique_mask[rows]  # (R, P), (R, P)
+        kwargs: dict[str, Any] = {}
+        if names is not None:
+            kwargs["adapter_names"] = [name for name in names for _ in range(n)]
 
         if self.model.training:  # peft's per-row adapters need eval mode; no dropout in sampling
             self.model.eval()
@@ -123,6 +151,12 @@ class HFBackend:
         recorder = _LogprobRecorder()
         processors = LogitsProcessorList([*_sampling_processors(sampling), recorder])
         with torch.inference_mode(), _seeded(seed, self.device):
+            shared = len(distinct) < len(source) or prefix > 0
+            if self.share_prompts and shared and unique_ids.shape[1] > 1:
+                unique_names = [name for _, name in distinct] if names is not None else None
+                kwargs[cache_keyword(self.model)] = self._prefill(
+                    unique_ids, unique_mask, rows.to(self.device), unique_names, prefix
+                )
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention,
@@ -134,14 +168,65 @@ class HFBackend:
         token_logp = recorder.finish(new_tokens)  # (R, T)
         return self._collect(prompts, new_tokens.cpu(), token_logp.cpu(), n)
 
-    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-pad token id lists into ``(input_ids, attention_mask)``, both (R, P)."""
+    def _prefill(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        rows: torch.Tensor,
+        adapter_names: list[str | None] | None,
+        prefix: int = 0,
+    ) -> Any:
+        """The key/value cache of every distinct prompt's tokens but its last, ``ids`` and
+        ``mask`` ``(D, P)``, computed once and indexed out to the ``rows`` ``(R,)``: ``generate``
+        then runs only each row's last prompt token before sampling. With ``prefix`` > 0 the
+        first ``prefix`` tokens, common to every row, run once (one row) and the rest of each
+        prompt on their cache."""
+        d = ids.shape[0]
+        cache = None
+        extra: dict[str, Any] = {}
+        if prefix:
+            if adapter_names is not None:
+                extra["adapter_names"] = adapter_names[:1]
+            head = self.model(
+                input_ids=ids[:1, :prefix], use_cache=True, logits_to_keep=1, **extra
+            )  # (1, prefix) tokens
+            first_row = torch.zeros(d, dtype=torch.long, device=ids.device)  # (D,)
+            cache = cache_rows(output_cache(head), first_row)  # (D, ...) copies of the prefix
+        if ids.shape[1] - 1 > prefix:
+            kwargs: dict[str, Any] = {}
+            if adapter_names is not None:
+                kwargs["adapter_names"] = adapter_names
+            if cache is not None:
+                kwargs[cache_keyword(self.model)] = cache
+            own = mask[:, prefix:-1]  # (D, P - 1 - prefix)
+            out = self.model(
+                input_ids=ids[:, prefix:-1],
+                attention_mask=mask[:, :-1],  # (D, P - 1): the padding after the prefix is masked
+                position_ids=prefix + (own.cumsum(dim=-1) - 1).clamp(min=0),
+                use_cache=True,
+                logits_to_keep=1,
+                **kwargs,
+            )
+            cache = output_cache(out)
+        assert cache is not None  # P > 1: a prefix, or at least one token before the last
+        cache.batch_select_indices(rows)  # every layer's keys/values: (D, ...) -> (R, ...)
+        return cache
+
+    def _left_pad(
+        self, rows: list[list[int]], prefix: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-pad token id lists into ``(input_ids, attention_mask)``, both (R, P). With
+        ``prefix`` > 0 (the rows' first ``prefix`` tokens are the same) the padding goes after
+        that common prefix instead, so that its positions line up in every row."""
         length = max(len(r) for r in rows)
         ids = torch.full((len(rows), length), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros(len(rows), length, dtype=torch.long)
         for i, row in enumerate(rows):
-            ids[i, length - len(row) :] = torch.tensor(row, dtype=torch.long)
-            mask[i, length - len(row) :] = 1
+            ids[i, length - len(row) + prefix :] = torch.tensor(row[prefix:], dtype=torch.long)
+            mask[i, length - len(row) + prefix :] = 1
+            if prefix:
+                ids[i, :prefix] = torch.tensor(row[:prefix], dtype=torch.long)
+                mask[i, :prefix] = 1
         return ids.to(self.device), mask.to(self.device)
 
     def _generation_config(self, sampling: SamplingConfig) -> Any:

@@ -1,0 +1,96 @@
+"""Helpers the benchmarks share: timing, the machine's state, the JSON results and the table.
+
+Every benchmark writes ``bench/results/<name>.json`` with a ``summary`` list of rows
+(``figure``, ``value``, ``unit``, ``note``), which ``bench/run_all.py`` (``make bench``) gathers
+into one table, plus the load average before and after the run: this 2-core machine is often
+shared, so a figure means little without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def quick() -> bool:
+    """``BENCH_QUICK=1``: smaller runs, for a fast look (the figures are noisier)."""
+    return os.environ.get("BENCH_QUICK", "") not in ("", "0")
+
+
+def machine() -> dict[str, Any]:
+    """What the figures depend on: cores, load, torch threads, Python."""
+    import torch
+
+    return {
+        "cores_available": len(os.sched_getaffinity(0)),
+        "load_average": list(os.getloadavg()),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+def alternate(
+    contenders: dict[str, Callable[[], float]], rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Run each contender once per round, in turn (A B A B ...), so a change in the machine's
+    load hits them alike. Each returns its own measure (seconds, or a rate); returns per
+    contender every value, their minimum and median."""
+    values: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, run in contenders.items():
+            values[name].append(run())
+    return {
+        name: {"values": v, "min": min(v), "median": statistics.median(v), "max": max(v)}
+        for name, v in values.items()
+    }
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Wall seconds of one call of ``fn``."""
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
+
+
+def row(figure: str, value: float | str, unit: str = "", note: str = "") -> dict[str, Any]:
+    """One line of the summary table."""
+    return {"figure": figure, "value": value, "unit": unit, "note": note}
+
+
+def write(name: str, data: dict[str, Any], summary: Sequence[dict[str, Any]]) -> Path:
+    """Write ``bench/results/<name>.json`` (``data``, ``summary``, machine state) and print the
+    summary table."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"bench": name, "quick": quick(), **data, "summary": list(summary)}
+    payload.setdefault("machine", machine())
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(table([{"bench": name, **r} for r in summary]))
+    print(f"wrote {path}")
+    return path
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table of summary rows."""
+    columns = ["bench", "figure", "value", "unit", "note"]
+    cells = [[_cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths)) for line in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)

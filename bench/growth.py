@@ -1,0 +1,205 @@
+"""Growth: time per agent turn as agents and parallel environments grow, with scripted agents.
+
+The rollout runner (``marl.rollout.run_episodes``) plays ``public-goods-v0`` episodes with a
+scripted backend in place of the model: each round it renders every live agent's prompt through
+the chat template and tokenizes it (as for an LLM), makes one batched ``generate`` call per
+policy, and the backend answers at once with a well-formed random reply (the scenario's random
+bot). What is timed is everything around the model: environments, message routing, prompt
+rendering and tokenization, turn records. Two sweeps:
+
+- agents: 2, 4, 8, 16 agents in one scenario (``--envs`` environments, complete graph and a
+  ring);
+- parallel environments: 1, 2, 4, ..., 64 environments of 4 agents.
+
+Each point is measured ``--rounds`` times, the points taking turns; the table gives the median
+(and the minimum) seconds per agent turn. Writes ``bench/results/growth.json`` and
+``bench/results/growth.png``. The goal in issue 10 (16 agents at most 0.4x the time per turn of
+2) is about batching an LLM's turns; with scripted agents there is no model to batch, so this
+shows the platform's own per-turn cost and how it scales.
+
+    nice -n 19 .venv/bin/python bench/growth.py                  # BENCH_QUICK=1: shorter
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import RESULTS, alternate, machine, quick, row, write  # noqa: E402
+
+import marl  # noqa: E402
+from marl.agents.backends import Generation, SamplingConfig  # noqa: E402
+from marl.rollout import EpisodeSlot, run_episodes  # noqa: E402
+from marl.scenarios.bots import random_bot  # noqa: E402
+
+SCENARIO = "public-goods-v0"
+
+
+class ScriptedBackend:
+    """A policy backend with no model: every prompt gets a random well-formed reply at once."""
+
+    def __init__(self, tokenizer: Any, info: dict[str, Any], seed: int = 0) -> None:
+        self.tokenizer = tokenizer
+        self.info = info
+        self.rng = random.Random(seed)
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        adapters: Sequence[str | None] | None = None,
+        seed: int | None = None,
+    ) -> list[list[Generation]]:
+        """``sampling.n`` scripted replies per prompt."""
+        out = []
+        for prompt in prompts:
+            group = []
+            for _ in range(sampling.n):
+                text = random_bot("agent", "", self.info, self.rng)
+                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                group.append(Generation(list(prompt), ids, [0.0] * len(ids), text, "stop"))
+            out.append(group)
+        return out
+
+
+def _tokenizer(kind: str) -> Any:
+    from marl.agents.models import ModelSpec, load_model
+
+    if kind == "tiny":
+        from marl.agents.models import build_char_tokenizer, prepare_tokenizer
+
+        return prepare_tokenizer(build_char_tokenizer())
+    return load_model(ModelSpec(kind="embedded"))[1]  # the tokenizer; the model is not run
+
+
+def seconds_per_turn(
+    tokenizer: Any, agents: int, envs: int, topology: str, episodes: int, seed: int = 0
+) -> float:
+    """Play ``episodes`` batches of ``envs`` environments of ``agents`` agents; wall seconds
+    per generated agent turn."""
+    names = [f"p{i}" for i in range(agents)]
+    overrides = {"agents": names, "graph": {"topology": topology}}
+    probe = marl.make(SCENARIO, **overrides)
+    _, infos = probe.reset(seed=0)
+    info = dict(infos[names[0]])
+    info["valid_actions"] = [str(v) for v in range(11)]  # contributions, in the action rounds
+    backend = ScriptedBackend(tokenizer, info, seed)
+    sampling = SamplingConfig(max_new_tokens=16)
+    turns = 0
+    began = time.perf_counter()
+    for batch in range(episodes):
+        slots = [
+            EpisodeSlot(marl.make(SCENARIO, **overrides), seed + batch * envs + i, i, i)
+            for i in range(envs)
+        ]
+        result = run_episodes(slots, {"shared": backend}, lambda a: "shared", sampling, seed)
+        turns += len(result.turns)
+    return (time.perf_counter() - began) / max(1, turns)
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Seconds per agent turn against agents and against parallel environments."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for topology, points in results["agents"].items():
+        xs = sorted(int(k) for k in points)
+        ys = [points[str(x)]["median"] * 1e6 for x in xs]
+        left.plot(xs, ys, marker="o", label=f"{topology} graph")
+    left.set_xscale("log", base=2)
+    left.set(xlabel="agents in one scenario", ylabel="µs per agent turn")
+    left.set_xticks(sorted({int(x) for pts in results["agents"].values() for x in pts}))
+    left.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    left.set_title(f"{results['envs_for_agents']} parallel environments")
+    left.legend()
+    points = results["envs"]
+    xs = sorted(int(k) for k in points)
+    right.plot(xs, [points[str(x)]["median"] * 1e6 for x in xs], marker="o")
+    right.set_xscale("log", base=2)
+    right.set(xlabel="parallel environments", ylabel="µs per agent turn")
+    right.set_xticks(xs)
+    right.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    right.set_title("4 agents, complete graph")
+    for ax in (left, right):
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{SCENARIO}, scripted agents: the platform's cost per agent turn")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--agents", nargs="+", type=int, default=[2, 4, 8, 16])
+    p.add_argument("--envs", type=int, default=8, help="parallel environments, agents sweep")
+    p.add_argument(
+        "--env-counts", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64]
+    )
+    p.add_argument("--turns", type=int, default=200 if quick() else 2000,
+                   help="about this many agent turns per point")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tokenizer", choices=("tiny", "embedded"), default="tiny")
+    args = p.parse_args()
+    tokenizer = _tokenizer(args.tokenizer)
+    state = machine()
+    rounds_per_episode = marl.make(SCENARIO).spec.rounds
+
+    def episodes(agents: int, envs: int) -> int:
+        return max(1, round(args.turns / (agents * envs * rounds_per_episode)))
+
+    points: dict[str, Any] = {}
+    for topology in ("complete", "ring"):
+        for n in args.agents:
+            points[f"agents/{topology}/{n}"] = lambda n=n, t=topology: seconds_per_turn(
+                tokenizer, n, args.envs, t, episodes(n, args.envs)
+            )
+    for e in args.env_counts:
+        points[f"envs/{e}"] = lambda e=e: seconds_per_turn(
+            tokenizer, 4, e, "complete", episodes(4, e)
+        )
+    measured = alternate(points, args.rounds)
+    state["load_average_after"] = machine()["load_average"]
+    results: dict[str, Any] = {"agents": {}, "envs": {}, "envs_for_agents": args.envs}
+    for key, r in measured.items():
+        parts = key.split("/")
+        if parts[0] == "agents":
+            results["agents"].setdefault(parts[1], {})[parts[2]] = r
+        else:
+            results["envs"][parts[1]] = r
+    png = RESULTS / "growth.png"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    plot(results, png)
+    summary = []
+    for topology, by_n in results["agents"].items():
+        for n in args.agents:
+            r = by_n[str(n)]
+            summary.append(row(f"{n} agents ({topology}), per turn", r["median"] * 1e6, "µs",
+                               f"min {r['min'] * 1e6:.0f}"))
+        lo, hi = min(args.agents), max(args.agents)
+        ratio = by_n[str(hi)]["median"] / by_n[str(lo)]["median"]
+        summary.append(row(f"{hi} vs {lo} agents ({topology})", ratio, "x",
+                           "per-turn time ratio (issue goal <= 0.4 is for LLM turns)"))
+    for e in args.env_counts:
+        r = results["envs"][str(e)]
+        summary.append(row(f"{e} envs x 4 agents, per turn", r["median"] * 1e6, "µs",
+                           f"min {r['min'] * 1e6:.0f}"))
+    summary.append(row("load average at start", state["load_average"][0], "",
+                       f"{state['cores_available']} cores; PNG {png.name}"))
+    write("growth", {"args": vars(args), "results": results, "machine": state,
+                     "png": str(png)}, summary)
+
+
+if __name__ == "__main__":
+    main()
