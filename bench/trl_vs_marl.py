@@ -141,7 +141,7 @@ def run_marl(args: argparse.Namespace) -> list[dict[str, float]]:
             rewards = torch.tensor([reward(x.text) for x in group])  # (G,)
             advantages = (rewards - rewards.mean()) / (rewards.std() + 1e-4)  # (G,)
             for j, x in enumerate(group):
-                turn = TurnRecord("agent", "shared", 0, i, i * g + j, 0, x.prompt_ids,
+                turn = TurnRecord("agent", "shared", i, i * g + j, 0, x.prompt_ids,
                                   x.response_ids, x.logprobs, [1] * len(x.response_ids))
                 turn.advantage = float(advantages[j])
                 turns.append(turn)

@@ -42,7 +42,7 @@ def _turns(model: torch.nn.Module, tok: object) -> list[TurnRecord]:
             logp, _ = sequence_logprobs(model, [p], [r])
         # behaviour logprobs a little off the model's own, so the ratio and the clip matter
         old = [v - 0.2 * ((i + j) % 3 - 1) for j, v in enumerate(logp[0].tolist())]
-        turn = TurnRecord("a", "shared", 0, 0, i, 0, p, r, old, [1] * len(r))
+        turn = TurnRecord("a", "shared", 0, i, 0, p, r, old, [1] * len(r))
         turn.advantage = advantage
         turns.append(turn)
     return turns
@@ -280,7 +280,7 @@ def _prefix_turns(model: torch.nn.Module, tok: object) -> list[TurnRecord]:
         with torch.no_grad():
             logp, _ = sequence_logprobs(model, [p], [r])
         old = [v - 0.1 * ((i + j) % 3 - 1) for j, v in enumerate(logp[0].tolist())]
-        turn = TurnRecord("a", "shared", 0, 0, i, 0, p, r, old, [1] * len(r))
+        turn = TurnRecord("a", "shared", 0, i, 0, p, r, old, [1] * len(r))
         turn.advantage = advantage
         turns.append(turn)
     assert turns[-1].prompt_ids == other
