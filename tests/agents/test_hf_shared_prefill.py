@@ -125,9 +125,18 @@ def test_the_same_prompt_under_two_adapters_is_not_shared() -> None:
     assert len(calls.calls[0][0]) == 2  # (prompt, alice) and (prompt, base): two prefill rows
     alone_a = backend.generate([prompt], greedy, adapters=["alice"])[0][0]
     alone_base = backend.generate([prompt], greedy, adapters=[None])[0][0]
-    assert alone_a.response_ids != alone_base.response_ids
+    # greedy tokens may coincide on the tiny model; the adapter shows in the logprobs
+    first = min(len(alone_a.logprobs), len(alone_base.logprobs))
+    gap = max(abs(a - b) for a, b in zip(alone_a.logprobs[:first], alone_base.logprobs[:first]))
+    assert gap > 1e-2, "the adapter should change the distribution"
     assert mixed[0][0].response_ids == mixed[2][1].response_ids == alone_a.response_ids
     assert mixed[1][1].response_ids == alone_base.response_ids
+    torch.testing.assert_close(
+        torch.tensor(mixed[0][0].logprobs), torch.tensor(alone_a.logprobs), atol=1e-4, rtol=0
+    )
+    torch.testing.assert_close(
+        torch.tensor(mixed[1][1].logprobs), torch.tensor(alone_base.logprobs), atol=1e-4, rtol=0
+    )
 
 
 SYSTEM = "You play a signalling game with a partner. Answer with one line of markup."
