@@ -111,7 +111,8 @@ def main() -> None:
             summary.append(row(f"{key.removeprefix('perf/')}: unshared / shared", ratio, "x"))
     summary.append(row("load average at start", state["load_average"][0], "",
                        f"--config {args.config}, {args.threads} thread(s)"))
-    write("step_time", {"args": vars(args), "overrides": common, "runs": runs,
+    name = "step_time" if args.config == "train" else f"step_time_{args.config}"
+    write(name, {"args": vars(args), "overrides": common, "runs": runs,
                         "figures": figures, "machine": state}, summary)
 
 
