@@ -9,6 +9,7 @@ shared, so a figure means little without it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -94,3 +95,41 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
+
+
+# --- learning experiments (communication.py, relay_credit.py) -----------------------------------
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 9: 2.262}
+
+
+def read_scalars(logdir: Path) -> dict[str, list[float]]:
+    """Every scalar tag of a run as a list ordered by step (TensorBoard's own reader)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def interval(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (0 for one value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, half
+
+
+def save_experiment(
+    out: Path, args: Any, table: dict, text: str, plot: Callable[[Path], None]
+) -> None:
+    """Print the Markdown ``text`` and the load average, and write ``summary.json`` (args, table,
+    load), ``table.md`` and ``curves.png`` (drawn by ``plot``) under ``out``."""
+    load = os.getloadavg()
+    print(text)
+    print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    (out / "summary.json").write_text(
+        json.dumps({"args": vars(args), "table": table, "load": load}, indent=2)
+    )
+    (out / "table.md").write_text(text + "\n")
+    plot(out / "curves.png")
+    print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")

@@ -31,7 +31,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from statistics import fmean, stdev
+from statistics import fmean
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import interval, read_scalars, save_experiment  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUCCESS = "team/success"
@@ -39,7 +42,6 @@ MI = "emergence/speaker/speaker_mi_words"
 INFLUENCE = "emergence/edges/speaker->listener/influence_action"
 LISTENER_OK = "agents/listener/parse_failure_rate"
 NO_EDGE = "+scenario.overrides={graph: {topology: random, p: 0.0}}"
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 9: 2.262}
 
 
 def condition_args(name: str, warmup_steps: int) -> list[str]:
@@ -134,23 +136,6 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
         flush=True,
     )
     return curves
-
-
-def read_scalars(logdir: Path) -> dict:
-    """Every scalar tag of a run as a list ordered by step (TensorBoard's own reader)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
-    acc.Reload()
-    return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
-def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval (0 for one value)."""
-    mean = fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, T95.get(len(values) - 1, 1.96) * stdev(values) / math.sqrt(len(values))
 
 
 def wilson(successes: float, n: int) -> tuple[float, float]:
@@ -329,16 +314,7 @@ def main() -> None:
             (out / "curves.json").write_text(json.dumps(results))
     episodes = 16  # configs/demo.yaml: seeds_per_step x group_size
     table = summarise(results, episodes, args.last, args.eval_episodes)
-    load = os.getloadavg()
-    text = markdown(table)
-    print(text)
-    print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-    (out / "summary.json").write_text(
-        json.dumps({"args": vars(args), "table": table, "load": load}, indent=2)
-    )
-    (out / "table.md").write_text(text + "\n")
-    plot(results, out / "curves.png")
-    print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
+    save_experiment(out, args, table, markdown(table), lambda path: plot(results, path))
 
 
 if __name__ == "__main__":

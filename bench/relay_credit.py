@@ -34,7 +34,7 @@ from pathlib import Path
 from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from communication import interval, read_scalars  # noqa: E402  (bench helpers, same folder)
+from common import interval, read_scalars, save_experiment  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 REWARD = "team/reward"
@@ -184,16 +184,7 @@ def main() -> None:
             results[method].append(run(method, seed, args, out))
             (out / "curves.json").write_text(json.dumps(results))
     table = summarise(results, args)
-    load = os.getloadavg()
-    text = markdown(table, args)
-    print(text)
-    print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-    (out / "summary.json").write_text(
-        json.dumps({"args": vars(args), "table": table, "load": load}, indent=2)
-    )
-    (out / "table.md").write_text(text + "\n")
-    plot(results, out / "curves.png")
-    print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
+    save_experiment(out, args, table, markdown(table, args), lambda path: plot(results, path))
 
 
 if __name__ == "__main__":
