@@ -126,13 +126,19 @@ def parse_completion(completion: object, *, require_action: bool = True) -> Pars
     return result
 
 
+# How prompts describe a message line: in words, never with a placeholder such as `<message>`,
+# which small models copy verbatim (docs/communication.md). The system prompt and the last line
+# of every observation both use it.
+SAY_FORM = "`SAY:` and then your message"
+
+
 def markup_instructions(neighbours: list[str], needs_action: bool = True) -> str:
     """The paragraph of the system prompt that teaches an agent the markup."""
     if neighbours:
         who = ", ".join(neighbours)
         talk = (
             f"You can send messages to: {who}.\n"
-            "To message all of them, write a line that starts with `SAY:` and then your message; "
+            f"To message all of them, write a line that starts with {SAY_FORM}; "
             "to message only some, start the line with `SAY @name @name:` instead."
         )
     else:

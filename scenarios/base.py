@@ -21,7 +21,7 @@ import networkx as nx
 from pettingzoo import ParallelEnv
 
 from marl.protocols.graphs import build_graph
-from marl.protocols.markup import IDLE_REPLY, markup_instructions, parse_completion
+from marl.protocols.markup import IDLE_REPLY, SAY_FORM, markup_instructions, parse_completion
 from marl.protocols.messages import Message, Violation
 from marl.protocols.router import Router
 from marl.scenarios.rules import RULES, RoundResult, Rules
@@ -403,7 +403,7 @@ class TextScenarioEnv(ParallelEnv):
 
     def _instruction(self, agent: str, neighbours: list[str]) -> str:
         """The last line of an observation: exactly what the reply should hold."""
-        talk = "`SAY:` and then your message" if neighbours else ""
+        talk = SAY_FORM if neighbours else ""
         if self.rules.needs_action(agent, self._state.round):
             help_text = self.rules.action_help(agent)
             if self.rules_cls.info.free_text_action:
