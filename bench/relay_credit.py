@@ -60,9 +60,12 @@ def train_args(method: str, seed: int, args: argparse.Namespace, run_dir: Path) 
         "train.checkpoint_every=0",
         "logging.progress=false",
         "logging.transcripts_every=4",
-        # dave both talks and answers, so no response head starts his reply: a prose answer
-        # still counts (with the malformed penalty), as in signal before the head
-        "+scenario.overrides={episode: {lenient_actions: true}}",
+        "emergence.influence_every=0",  # the credit methods are compared, not the listeners
+        # digits flow one way, alice -> bob -> carol -> dave: every turn then has one job, so
+        # its reply starts with a response head (SAY: for the relays, ACTION: for dave). On the
+        # undirected line dave both talks and answers and gets no head; SmolLM2 then never
+        # writes an ACTION line (parse failures 1.0 at step 1, docs/communication.md)
+        "+scenario.overrides={graph: {directed: true}}",
         f"hydra.run.dir={run_dir}",
     ]
 

@@ -142,3 +142,23 @@ def relay_rule_bot(agent: str, observation: str, info: dict[str, Any], rng: rand
     else:
         lines.append("ACTION: wait")
     return "\n".join(lines)
+
+
+@register_bot("relay", "format")
+def relay_format_bot(
+    agent: str, observation: str, info: dict[str, Any], rng: random.Random
+) -> str:
+    """The rule bot's markup with content drawn at random: relays send ``position=digit``
+    pieces with random positions and digits, the reporter submits a random code. A warm-up on
+    it teaches the protocol (the piece syntax, a code of the right length), never the relay:
+    its messages carry nothing about the real code, and its answer ignores what it heard."""
+    length = info["code_length"]
+    lines = []
+    if info.get("neighbours"):
+        positions = sorted(rng.sample(range(1, length + 1), rng.randint(1, length)))
+        lines.append("SAY: " + " ".join(f"{p}={rng.randrange(10)}" for p in positions))
+    if agent == info["reporter"]:
+        lines.append("ACTION: " + "".join(str(rng.randrange(10)) for _ in range(length)))
+    elif not lines:
+        lines.append("ACTION: wait")
+    return "\n".join(lines)

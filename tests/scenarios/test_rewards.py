@@ -164,3 +164,25 @@ def test_relay_short_and_missing_answers() -> None:
     _, rewards, *_ = env.step({"dave": "ACTION: I do not know"})
     assert rewards == pytest.approx({"alice": 0.0, "bob": 0.0, "carol": 0.0, "dave": -0.05})
     assert env.malformed["dave"] == 1
+
+
+def test_relay_format_bot_teaches_the_markup_and_carries_no_digit() -> None:
+    """The warm-up bot of bench/relay_credit.py: well-formed pieces and codes, at chance."""
+    bot = get_bot("relay", "format")
+    env = marl.make("relay", graph={"topology": "line", "directed": True})
+    right = []
+    for seed in range(200):
+        observations, infos = env.reset(seed=seed)
+        rng = random.Random(seed)
+        while env.agents:
+            replies = {a: bot(a, observations[a], infos[a], rng) for a in env.agents}
+            for agent in replies:
+                other = {**infos[agent], "digit": (infos[agent]["digit"] + 1) % 10}
+                assert bot(agent, observations[agent], other, random.Random(seed)) == bot(
+                    agent, observations[agent], infos[agent], random.Random(seed)
+                ), "the reply must not depend on the agent's own digit"
+            observations, rewards, *_ = env.step(replies)
+        assert sum(env.malformed.values()) == 0
+        right.append(round(env.returns["dave"] * 4))
+    # four random digits: 0.4 right on average (binomial, sd 0.6 / sqrt(200) = 0.04)
+    assert 0.25 < sum(right) / len(right) < 0.55
