@@ -3,8 +3,9 @@
 Four agents on the line alice - bob - carol - dave each hold one digit of a code; dave must
 submit the whole code in the last of four rounds. The team reward is the share of digits dave
 gets right, so every agent is paid the same and the team reward hides who relayed. Each credit
-method trains one shared SmolLM2-135M policy from the base model (RL alone, no warm-up: the
-warm-up would teach the relay itself) with the same seeds:
+method trains one shared SmolLM2-135M policy with the same seeds, after the same format warm-up
+(``--warmup-steps``, on relay's ``format`` bot: the piece syntax and a four-digit answer with
+random content, so it teaches the protocol and never the relay; 0 = RL from the base model):
 
   team        plain GRPO on the team reward
   difference  difference rewards: an agent's credit is the team reward minus the team reward
@@ -17,6 +18,8 @@ whose ``--last``-iteration moving average reaches ``--target`` digits (``-`` if 
 
     .venv/bin/python bench/relay_credit.py                        # 2 methods x 3 seeds
     .venv/bin/python bench/relay_credit.py --seeds 0 --steps 2    # a quick look
+    .venv/bin/python bench/relay_credit.py --seeds 1 2 &          # two processes, one core each
+    .venv/bin/python bench/relay_credit.py --table-only           # the table of every finished run
 
 Writes ``bench/results/relay_credit/{summary.json,table.md,curves.png}``. Each run is a
 ``marl train`` subprocess, one at a time.
@@ -67,6 +70,19 @@ def train_args(method: str, seed: int, args: argparse.Namespace, run_dir: Path) 
         # writes an ACTION line (parse failures 1.0 at step 1, docs/communication.md)
         "+scenario.overrides={graph: {directed: true}}",
         f"hydra.run.dir={run_dir}",
+        *warmup_args(args),
+    ]
+
+
+def warmup_args(args: argparse.Namespace) -> list[str]:
+    """The format warm-up of every agent (none with ``--warmup-steps 0``)."""
+    if args.warmup_steps == 0:
+        return []
+    return [
+        f"warmup.steps={args.warmup_steps}",
+        "warmup.bot=format",
+        "warmup.episodes=2",
+        "warmup.lr=5e-5",
     ]
 
 
@@ -81,11 +97,18 @@ def run(method: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
         raise SystemExit(f"run {method} seed {seed} failed (rc {proc.returncode})")
-    curves = read_scalars(run_dir / "tensorboard")
-    curves["wall_s"] = time.time() - began
+    (run_dir / "wall_s.json").write_text(json.dumps(time.time() - began))
+    curves = load(run_dir)
     digits = [DIGITS * v for v in curves.get(REWARD, [])]
     print(f"[{method} seed {seed}] {curves['wall_s']:.0f} s; digits per step "
           f"{[round(d, 2) for d in digits]}", flush=True)
+    return curves
+
+
+def load(run_dir: Path) -> dict:
+    """A finished run's scalar curves (its TensorBoard events) and wall time."""
+    curves = read_scalars(run_dir / "tensorboard")
+    curves["wall_s"] = json.loads((run_dir / "wall_s.json").read_text())
     return curves
 
 
@@ -170,22 +193,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["team", "difference"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--seeds-per-step", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--seeds-per-step", type=int, default=1)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--last", type=int, default=3, help="iterations averaged for the end")
     parser.add_argument("--target", type=float, default=2.0, help="digits delivered")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warmup-steps", type=int, default=6, help="format warm-up; 0 = none")
     parser.add_argument("--out", default=str(ROOT / "bench/results/relay_credit"))
+    parser.add_argument(
+        "--table-only", action="store_true", help="summarise the finished runs under --out"
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {m: [] for m in args.methods}
     for seed in args.seeds:  # seed-major: a partial experiment still covers every method
         for method in args.methods:
+            run_dir = out / method / f"seed{seed}"
+            if args.table_only:
+                if (run_dir / "wall_s.json").exists():
+                    results[method].append(load(run_dir))
+                continue
             results[method].append(run(method, seed, args, out))
-            (out / "curves.json").write_text(json.dumps(results))
+    (out / "curves.json").write_text(json.dumps(results))
     table = summarise(results, args)
     save_experiment(out, args, table, markdown(table, args), lambda path: plot(results, path))
 
