@@ -1,7 +1,8 @@
 """The end-of-run summary ``marl train`` prints, and the PNG of the headline curves.
 
 Start is the first iteration's rollout (before any RL update: after the warm-up, if any); end is
-the mean of the last ``last`` iterations. A success rate gets a 95% Wilson interval over the
+the mean of the last ``last`` iterations (:meth:`RunSummary.finals`, also the final metrics of
+the run's TensorBoard HParams session). A success rate gets a 95% Wilson interval over the
 pooled episodes of those iterations; the reward gets a normal interval over the iterations.
 """
 
@@ -14,6 +15,7 @@ from statistics import fmean, stdev
 
 SUCCESS = "team/success"
 REWARD = "team/reward"
+PARSE_FAILURES = "team/parse_failure_rate"
 EVAL_SUCCESS = "eval/success"
 EVAL_REWARD = "eval/reward"
 EVAL_EPISODES = "eval/episodes"
@@ -43,9 +45,25 @@ class RunSummary:
     def add(self, step: int, metrics: dict[str, float]) -> None:
         """Keep this iteration's headline metrics."""
         for key, value in metrics.items():
-            headline = (SUCCESS, REWARD, EVAL_SUCCESS, EVAL_REWARD, EVAL_EPISODES)
+            headline = (SUCCESS, REWARD, PARSE_FAILURES, EVAL_SUCCESS, EVAL_REWARD, EVAL_EPISODES)
             if key in headline or key.endswith((MI_SUFFIX, INFLUENCE_SUFFIX, RATE_SUFFIX)):
                 self.history[key].append((step, float(value)))
+
+    def finals(self) -> dict[str, float]:
+        """The final value of every headline metric, as ``final/<tag>``: the mean of the last
+        ``last`` iterations; for ``eval/*`` (logged only at evaluations) the last evaluation.
+        These are the metrics of the run's TensorBoard HParams session (:mod:`marl.hparams`)."""
+        out = {}
+        for key, points in sorted(self.history.items()):
+            if not points or key == EVAL_EPISODES:
+                continue
+            tail = points[-1:] if key.startswith("eval/") else points[-self.last :]
+            out[f"final/{key}"] = fmean(v for _, v in tail)
+        return out
+
+    def last_step(self, default: int = 0) -> int:
+        """The last iteration any headline metric was recorded at (``default`` if none)."""
+        return max((s for points in self.history.values() for s, _ in points), default=default)
 
     def _ends(self, key: str) -> tuple[float, float, int]:
         values = [v for _, v in self.history[key]]
