@@ -99,3 +99,76 @@ def test_a_multirun_plays_one_run_per_cooperation_and_seed(tmp_path: Path) -> No
 )
 def test_a_scenario_with_a_config_file_answers_to_its_unversioned_name(option, name) -> None:
     assert composed(f"scenario={option}").scenario.name == name
+
+
+SWEEPS = sorted(p.stem for p in (ROOT / "configs" / "sweep").glob("*.yaml"))
+
+
+def sweep_points(name: str) -> list[list[str]]:
+    """Every point of a preset's grid, as the overrides Hydra's basic sweeper gives each job."""
+    from itertools import product
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = dict(composed(f"+sweep={name}", hydra=True).hydra.sweeper.params)
+    parser = OverridesParser.create()
+    axes = []
+    for key, values in params.items():
+        (override,) = parser.parse_overrides([f"{key}={values}"])
+        axes.append([f"{key}={v}" for v in override.sweep_string_iterator()])
+    return [list(point) for point in product(*axes)]
+
+
+def test_the_ready_sweeps_are_the_ones_documented() -> None:
+    assert SWEEPS == [
+        "credit",
+        "public_goods_cooperation",
+        "sharing",
+        "stag_hunt_cooperation",
+        "topology",
+    ]
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_point_of_every_sweep_composes_and_validates(name: str) -> None:
+    from marl.train import check_config
+
+    points = sweep_points(name)
+    assert len(points) >= 6  # at least two values of the axis x three seeds
+    seen = set()
+    for point in points:
+        config = load_config(composed(f"+sweep={name}", *point))
+        check_config(config)  # the policy plan and the checks made before anything is built
+        env = marl.make(config.scenario.name, **config.scenario.overrides)
+        env.reset(seed=config.seed)
+        seen.add(
+            (
+                config.scenario.name,
+                env.spec.cooperation,
+                frozenset(env.graph.edges),
+                config.credit.name,
+                config.sharing,
+                config.seed,
+            )
+        )
+    assert len(seen) == len(points)  # every point is a different run (topology: graph)
+
+
+def test_the_sweeps_move_what_they_say() -> None:
+    def values(name: str, read) -> list:  # noqa: ANN001
+        return sorted(
+            {read(load_config(composed(f"+sweep={name}", *p))) for p in sweep_points(name)}
+        )
+
+    cooperation = values(
+        "public_goods_cooperation", lambda c: c.scenario.overrides["reward"]["cooperation"]
+    )
+    assert cooperation == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert values("credit", lambda c: c.credit.name) == ["coma", "difference", "shapley", "team"]
+    assert values("sharing", lambda c: c.sharing) == ["independent", "lora", "shared"]
+    assert values("topology", lambda c: c.scenario.overrides["graph"]["topology"]) == [
+        "complete",
+        "line",
+        "ring",
+        "star",
+    ]
