@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean, stdev
 
@@ -34,6 +35,13 @@ def wilson(p: float, n: int) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def final_value(tag: str, points: Sequence[tuple[int, float]], last: int = 3) -> float:
+    """A run's final value of a metric from its (step, value) points: the mean of the last
+    ``last``; for ``eval/*`` tags (logged only at evaluations) the last evaluation."""
+    tail = points[-1:] if tag.startswith("eval/") else points[-last:]
+    return fmean(v for _, v in tail)
+
+
 class RunSummary:
     """Collects the headline scalars of every iteration; prints and plots them at the end."""
 
@@ -53,13 +61,11 @@ class RunSummary:
         """The final value of every headline metric, as ``final/<tag>``: the mean of the last
         ``last`` iterations; for ``eval/*`` (logged only at evaluations) the last evaluation.
         These are the metrics of the run's TensorBoard HParams session (:mod:`marl.hparams`)."""
-        out = {}
-        for key, points in sorted(self.history.items()):
-            if not points or key == EVAL_EPISODES:
-                continue
-            tail = points[-1:] if key.startswith("eval/") else points[-self.last :]
-            out[f"final/{key}"] = fmean(v for _, v in tail)
-        return out
+        return {
+            f"final/{key}": final_value(key, points, self.last)
+            for key, points in sorted(self.history.items())
+            if points and key != EVAL_EPISODES
+        }
 
     def last_step(self, default: int = 0) -> int:
         """The last iteration any headline metric was recorded at (``default`` if none)."""
