@@ -83,11 +83,24 @@ def run_hparams(config: Any, overrides: Sequence[str]) -> dict[str, HParamValue]
     return hparams
 
 
-def session_start(hparams: Mapping[str, HParamValue], start_time: float | None = None) -> Any:
-    """A ``Summary`` protobuf with the hparams plugin's session start for ``hparams``."""
+def trial_id(run_dir: str | Path) -> str:
+    """The name of a run's row in the HParams tab: its directory and the one above it
+    (``public_goods_cooperation/3_c0.5_s1``, ``multirun/2026-11-25_10-00-00/0`` -> its last two
+    parts), readable where a hash of the hparams would not be."""
+    parts = Path(run_dir).resolve().parts
+    return "/".join(parts[-2:])
+
+
+def session_start(
+    hparams: Mapping[str, HParamValue], trial: str | None = None, start_time: float | None = None
+) -> Any:
+    """A ``Summary`` protobuf with the hparams plugin's session start for ``hparams``; ``trial``
+    names the row (default: a hash of the hparams, as TensorBoard's own ``hparams_pb``)."""
     from tensorboard.plugins.hparams import summary_v2
 
-    return summary_v2.hparams_pb(dict(hparams), start_time_secs=start_time or time.time())
+    return summary_v2.hparams_pb(
+        dict(hparams), trial_id=trial, start_time_secs=start_time or time.time()
+    )
 
 
 def session_end(status: str, end_time: float | None = None) -> Any:

@@ -58,14 +58,21 @@ class RunSummary:
                 self.history[key].append((step, float(value)))
 
     def finals(self) -> dict[str, float]:
-        """The final value of every headline metric, as ``final/<tag>``: the mean of the last
-        ``last`` iterations; for ``eval/*`` (logged only at evaluations) the last evaluation.
+        """The final value of every headline metric (team reward, success, parse failures,
+        held-out success and reward; per agent message rate and speaker MI; per agent and edge
+        listener influence), as ``final/<tag>``: the mean of the last ``last`` iterations; for
+        ``eval/*`` (logged only at evaluations) the last evaluation.
         These are the metrics of the run's TensorBoard HParams session (:mod:`marl.hparams`)."""
         return {
             f"final/{key}": final_value(key, points, self.last)
             for key, points in sorted(self.history.items())
-            if points and key != EVAL_EPISODES
+            if points and key != EVAL_EPISODES and self._headline_final(key)
         }
+
+    @staticmethod
+    def _headline_final(key: str) -> bool:
+        """Per edge only the listener influence (what :meth:`lines` prints); per agent all."""
+        return "/edges/" not in key or key.endswith(INFLUENCE_SUFFIX)
 
     def last_step(self, default: int = 0) -> int:
         """The last iteration any headline metric was recorded at (``default`` if none)."""

@@ -53,14 +53,17 @@ class TensorBoardLogger:
         self.writer.add_figure(tag, figure, step)
         plt.close(figure)
 
-    def start_session(self, hparams: Mapping[str, bool | int | float | str]) -> None:
-        """Open the run's HParams session (``<log_dir>/hparams``) with its hparams."""
+    def start_session(
+        self, hparams: Mapping[str, bool | int | float | str], trial: str | None = None
+    ) -> None:
+        """Open the run's HParams session (``<log_dir>/hparams``) with its hparams; ``trial``
+        names its row in the HParams tab."""
         if self.writer is None:
             return
         from marl.hparams import SUBDIR, session_start
 
         self.hparams_writer = SummaryWriter(str(self.log_dir / SUBDIR))
-        self.hparams_writer._get_file_writer().add_summary(session_start(hparams))
+        self.hparams_writer._get_file_writer().add_summary(session_start(hparams, trial))
 
     def end_session(self, finals: Mapping[str, float], step: int, status: str) -> None:
         """Log the final metrics (``final/<tag>``) at ``step`` and close the HParams session

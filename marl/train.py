@@ -23,7 +23,7 @@ from marl.credit import is_counterfactual
 from marl.credit_phase import credit_phase, mean_influence
 from marl.emergence import tracker_for
 from marl.evaluation import due, evaluation_metrics
-from marl.hparams import run_hparams, run_overrides
+from marl.hparams import run_hparams, run_overrides, trial_id
 from marl.metrics import rollout_metrics
 from marl.outcomes import episode_bonuses, outcome_metrics
 from marl.policy_map import PolicyPlan, assign_gpus, plan_for
@@ -136,7 +136,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
     progress = None
     metrics: dict[str, float] = {}
     summary = RunSummary(t.seeds_per_step * t.group_size)
-    logger.start_session(run_hparams(config, run_overrides()))
+    logger.start_session(run_hparams(config, run_overrides()), trial_id(run_dir))
     status = "failure"
     try:
         if resume is not None:

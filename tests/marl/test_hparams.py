@@ -180,6 +180,7 @@ def test_the_hparams_plugin_shows_and_filters_a_sweep(tmp_path: Path, hydra_job)
         key = (values["scenario.overrides.reward.cooperation"], values["seed"])
         rewards[key] = metric["final/team/reward"]
         run = tmp_path / f"c{key[0]:.1f}_s{int(key[1])}"
+        assert group.name == f"{tmp_path.name}/{run.name}"  # the row is named after the run
         assert rewards[key] == pytest.approx(
             read_session(run / "tensorboard")[1]["final/team/reward"]
         )
