@@ -84,11 +84,11 @@ def run_hparams(config: Any, overrides: Sequence[str]) -> dict[str, HParamValue]
 
 
 def trial_id(run_dir: str | Path) -> str:
-    """The name of a run's row in the HParams tab: its directory and the one above it
-    (``public_goods_cooperation/3_c0.5_s1``, ``multirun/2026-11-25_10-00-00/0`` -> its last two
-    parts), readable where a hash of the hparams would not be."""
-    parts = Path(run_dir).resolve().parts
-    return "/".join(parts[-2:])
+    """The name of a run's row in the HParams tab: its directory, then the one above it
+    (``3_c0.5_s1 (public_goods_cooperation)``), readable where a hash of the hparams would not
+    be, and the run's own part first because the tab cuts long names."""
+    path = Path(run_dir).resolve()
+    return f"{path.name} ({path.parent.name})" if path.parent.name else path.name
 
 
 def session_start(

@@ -59,8 +59,8 @@ class RunSummary:
 
     def finals(self) -> dict[str, float]:
         """The final value of every headline metric (team reward, success, parse failures,
-        held-out success and reward; per agent message rate and speaker MI; per agent and edge
-        listener influence), as ``final/<tag>``: the mean of the last ``last`` iterations; for
+        held-out success and reward; per agent message rate, speaker MI and listener
+        influence), as ``final/<tag>``: the mean of the last ``last`` iterations; for
         ``eval/*`` (logged only at evaluations) the last evaluation.
         These are the metrics of the run's TensorBoard HParams session (:mod:`marl.hparams`)."""
         return {
@@ -71,8 +71,9 @@ class RunSummary:
 
     @staticmethod
     def _headline_final(key: str) -> bool:
-        """Per edge only the listener influence (what :meth:`lines` prints); per agent all."""
-        return "/edges/" not in key or key.endswith(INFLUENCE_SUFFIX)
+        """Per agent, not per edge: an edge's metrics are in the run's curves, and one column
+        per edge would bury the team's in the HParams table."""
+        return "/edges/" not in key
 
     def last_step(self, default: int = 0) -> int:
         """The last iteration any headline metric was recorded at (``default`` if none)."""
