@@ -37,6 +37,7 @@ from typing import Any
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
 PAGES = {"hparams": "#hparams", "scalars": "#scalars"}
+WINDOW = (1920, 1080)  # the table's columns stretch to any width; wider shows no more of them
 
 
 def find_chromium(explicit: str | None = None) -> str | None:
@@ -128,7 +129,7 @@ def screenshot(chromium: str, url: str, out: Path, budget_ms: int = 20000) -> Pa
                 "--hide-scrollbars",
                 "--no-first-run",
                 f"--user-data-dir={profile}",
-                "--window-size=1920,1080",
+                f"--window-size={WINDOW[0]},{WINDOW[1]}",
                 f"--virtual-time-budget={budget_ms}",
                 f"--screenshot={out}",
                 url,

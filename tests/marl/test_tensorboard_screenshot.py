@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from tensorboard_screenshot import find_chromium  # noqa: E402
+from tensorboard_screenshot import WINDOW, find_chromium  # noqa: E402
 
 CHROMIUM = find_chromium()
 AXIS = "scenario.overrides.reward.cooperation"
@@ -76,7 +76,7 @@ def test_tensorboard_serves_and_chromium_renders_the_hparams_of_a_sweep(tmp_path
     assert abs(rewards[0.0]) < 1e-6 < rewards[1.0]  # zero-sum at 0; the team's mean payoff at 1
     for page in ("hparams", "scalars"):
         image = Image.open(out / f"{page}.png").convert("RGB")
-        assert image.size == (1920, 1080)
+        assert image.size == WINDOW
         red, green, blue = image.getpixel((5, 5))  # TensorBoard's orange header, not an error page
         assert red > 200 and 90 < green < 160 and blue < 60, (page, (red, green, blue))
         assert len(set(image.getdata())) > 50  # text and plots, not a blank page
