@@ -1,6 +1,7 @@
-"""``marl report``: compare runs. Groups runs by the axes that differ between them (a multirun
-sweep's swept values), averages seeds, and prints tables and writes PNG plots of the mean curve
-with a 95% confidence interval over seeds.
+"""``marl report``: compare runs, grouped by the axes that differ (a sweep's swept values).
+
+Seeds are averaged: it prints tables and writes PNG plots of the mean curve with a 95%
+confidence interval over seeds.
 
     marl report runs/sweep/public_goods_cooperation          # every run under the directory
     marl report runs/a runs/b --tag agents/listener/reward    # any scalar tag
