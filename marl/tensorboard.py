@@ -64,6 +64,7 @@ class TensorBoardLogger:
 
         self.hparams_writer = SummaryWriter(str(self.log_dir / SUBDIR))
         self.hparams_writer._get_file_writer().add_summary(session_start(hparams, trial))
+        self.hparams_writer.flush()  # a live run shows in the HParams tab (as running) at once
 
     def end_session(self, finals: Mapping[str, float], step: int, status: str) -> None:
         """Log the final metrics (``final/<tag>``) at ``step`` and close the HParams session
