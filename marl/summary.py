@@ -1,7 +1,8 @@
 """The end-of-run summary ``marl train`` prints, and the PNG of the headline curves.
 
 Start is the first iteration's rollout (before any RL update: after the warm-up, if any); end is
-the mean of the last ``last`` iterations. A success rate gets a 95% Wilson interval over the
+the mean of the last ``last`` iterations (:meth:`RunSummary.finals`, also the final metrics of
+the run's TensorBoard HParams session). A success rate gets a 95% Wilson interval over the
 pooled episodes of those iterations; the reward gets a normal interval over the iterations.
 """
 
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean, stdev
 
 SUCCESS = "team/success"
 REWARD = "team/reward"
+PARSE_FAILURES = "team/parse_failure_rate"
 EVAL_SUCCESS = "eval/success"
 EVAL_REWARD = "eval/reward"
 EVAL_EPISODES = "eval/episodes"
@@ -32,6 +35,13 @@ def wilson(p: float, n: int) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def final_value(tag: str, points: Sequence[tuple[int, float]], last: int = 3) -> float:
+    """A run's final value of a metric from its (step, value) points: the mean of the last
+    ``last``; for ``eval/*`` tags (logged only at evaluations) the last evaluation."""
+    tail = points[-1:] if tag.startswith("eval/") else points[-last:]
+    return fmean(v for _, v in tail)
+
+
 class RunSummary:
     """Collects the headline scalars of every iteration; prints and plots them at the end."""
 
@@ -43,9 +53,31 @@ class RunSummary:
     def add(self, step: int, metrics: dict[str, float]) -> None:
         """Keep this iteration's headline metrics."""
         for key, value in metrics.items():
-            headline = (SUCCESS, REWARD, EVAL_SUCCESS, EVAL_REWARD, EVAL_EPISODES)
+            headline = (SUCCESS, REWARD, PARSE_FAILURES, EVAL_SUCCESS, EVAL_REWARD, EVAL_EPISODES)
             if key in headline or key.endswith((MI_SUFFIX, INFLUENCE_SUFFIX, RATE_SUFFIX)):
                 self.history[key].append((step, float(value)))
+
+    def finals(self) -> dict[str, float]:
+        """The final value of every headline metric (team reward, success, parse failures,
+        held-out success and reward; per agent message rate, speaker MI and listener
+        influence), as ``final/<tag>``: the mean of the last ``last`` iterations; for
+        ``eval/*`` (logged only at evaluations) the last evaluation.
+        These are the metrics of the run's TensorBoard HParams session (:mod:`marl.hparams`)."""
+        return {
+            f"final/{key}": final_value(key, points, self.last)
+            for key, points in sorted(self.history.items())
+            if points and key != EVAL_EPISODES and self._headline_final(key)
+        }
+
+    @staticmethod
+    def _headline_final(key: str) -> bool:
+        """Per agent, not per edge: an edge's metrics are in the run's curves, and one column
+        per edge would bury the team's in the HParams table."""
+        return "/edges/" not in key
+
+    def last_step(self, default: int = 0) -> int:
+        """The last iteration any headline metric was recorded at (``default`` if none)."""
+        return max((s for points in self.history.values() for s, _ in points), default=default)
 
     def _ends(self, key: str) -> tuple[float, float, int]:
         values = [v for _, v in self.history[key]]

@@ -23,6 +23,7 @@ from marl.credit import is_counterfactual
 from marl.credit_phase import credit_phase, mean_influence
 from marl.emergence import tracker_for
 from marl.evaluation import due, evaluation_metrics
+from marl.hparams import run_hparams, run_overrides, trial_id
 from marl.metrics import rollout_metrics
 from marl.outcomes import episode_bonuses, outcome_metrics
 from marl.policy_map import PolicyPlan, assign_gpus, plan_for
@@ -135,6 +136,8 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
     progress = None
     metrics: dict[str, float] = {}
     summary = RunSummary(t.seeds_per_step * t.group_size)
+    logger.start_session(run_hparams(config, run_overrides()), trial_id(run_dir))
+    status = "failure"
     try:
         if resume is not None:
             check_weights(policy_states(resume), runtime.state(), resume.get("config"), config)
@@ -217,9 +220,11 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             progress.set_postfix(
                 reward=f"{metrics.get('team/reward', 0.0):+.3f}", step_s=f"{step_time:.1f}"
             )
+        status = "success"
     finally:
         if progress is not None:
             progress.close()
+        logger.end_session(summary.finals(), summary.last_step(default=start), status)
         logger.close()
         runtime.close()
     for line in summary.lines():

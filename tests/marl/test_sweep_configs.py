@@ -99,3 +99,80 @@ def test_a_multirun_plays_one_run_per_cooperation_and_seed(tmp_path: Path) -> No
 )
 def test_a_scenario_with_a_config_file_answers_to_its_unversioned_name(option, name) -> None:
     assert composed(f"scenario={option}").scenario.name == name
+
+
+SWEEPS = sorted(p.stem for p in (ROOT / "configs" / "sweep").glob("*.yaml"))
+
+
+def sweep_points(name: str) -> list[list[str]]:
+    """Every point of a preset's grid, as the overrides Hydra's basic sweeper gives each job."""
+    from itertools import product
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = dict(composed(f"+sweep={name}", hydra=True).hydra.sweeper.params)
+    parser = OverridesParser.create()
+    axes = []
+    for key, values in params.items():
+        (override,) = parser.parse_overrides([f"{key}={values}"])
+        axes.append([f"{key}={v}" for v in override.sweep_string_iterator()])
+    return [list(point) for point in product(*axes)]
+
+
+def test_the_ready_sweeps_are_the_ones_documented() -> None:
+    assert SWEEPS == sorted(AXES)
+    docs = (ROOT / "docs" / "sweeps.md").read_text()
+    assert all(f"`{name}`" in docs for name in SWEEPS)
+
+
+# what each preset moves: the swept config value, read back from the composed config
+AXES = {
+    "credit": (lambda c: c.credit.name, ["coma", "difference", "shapley", "team"]),
+    "public_goods_cooperation": (
+        lambda c: c.scenario.overrides["reward"]["cooperation"],
+        [0.0, 0.25, 0.5, 0.75, 1.0],
+    ),
+    "sharing": (lambda c: c.sharing, ["independent", "lora", "shared"]),
+    "stag_hunt_cooperation": (
+        lambda c: c.scenario.overrides["reward"]["cooperation"],
+        [0.0, 0.5, 1.0],
+    ),
+    "topology": (
+        lambda c: c.scenario.overrides["graph"]["topology"],
+        ["complete", "line", "ring", "star"],
+    ),
+}
+
+
+def check_point(name: str, point: list[str]) -> tuple:
+    """Compose one point, validate it as ``marl train`` would before building anything, build
+    its scenario; returns what makes the run distinct."""
+    from marl.train import check_config
+
+    config = load_config(composed(f"+sweep={name}", *point))
+    check_config(config)  # the policy plan and the checks made before anything is built
+    env = marl.make(config.scenario.name, **config.scenario.overrides)
+    env.reset(seed=config.seed)
+    read, _ = AXES[name]
+    return (read(config), frozenset(env.graph.edges), config.seed)
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_the_first_point_of_each_sweep_composes_and_validates(name: str) -> None:
+    points = sweep_points(name)
+    assert len(points) >= 6  # at least two values of the axis x three seeds
+    axis_value, _, seed = check_point(name, points[0])
+    assert axis_value in AXES[name][1]
+    assert seed == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_point_of_every_sweep_composes_and_validates(name: str) -> None:
+    points = sweep_points(name)
+    seen = [check_point(name, point) for point in points]
+    assert len(set(seen)) == len(points)  # every point is a different run (topology: graph)
+    assert sorted({value for value, _, _ in seen}) == AXES[name][1]  # it moves what it says
+    assert sorted({seed for _, _, seed in seen}) == [0, 1, 2]
+    if name == "topology":  # the graph itself changes with the topology
+        assert len({edges for _, edges, _ in seen}) == 4

@@ -118,6 +118,16 @@ def test_cli_train_writes_tensorboard_events(tmp_path: Path) -> None:
         assert f"policies/shared/{metric}" in scalars
     assert len(events.Scalars("agents/speaker/reward")) == 2
     assert any(tag.startswith("transcripts/") for tag in events.Tags()["tensors"])
+    # the HParams session: the command line's overrides and the final metrics (docs/sweeps.md)
+    from marl.hparams import read_session
+
+    hparams, finals, status = read_session(run_dir / "tensorboard")
+    assert status == "success"
+    assert hparams["model"] == "tiny" and hparams["train.steps"] == 2.0
+    assert hparams["scenario.name"] == "signal-v0" and hparams["seed"] == 0.0
+    rewards = [e.value for e in events.Scalars("team/reward")]
+    assert finals["final/team/reward"] == pytest.approx(sum(rewards) / 2, rel=1e-5, abs=1e-7)
+    assert "final/team/parse_failure_rate" in finals  # LLM agents: parse failures are counted
 
 
 @pytest.mark.slow
