@@ -199,7 +199,8 @@ class BargainRules(Rules):
     def private_info(self, agent: str) -> str:
         """The agent's values per item."""
         values = ", ".join(
-            f"each of the {item} is worth {v}" for item, v in zip(self.params.items, self.values[agent])
+            f"each of the {item} is worth {v}"
+            for item, v in zip(self.params.items, self.values[agent])
         )
         return (
             f"Your values: {values}. The whole pool is worth {self.params.total} to you. "
@@ -214,7 +215,8 @@ class BargainRules(Rules):
     def public_state(self) -> str:
         """The pool, the turn, and the standing offer."""
         p = self.params
-        text = f"The pool: {self._describe(self.counts)}. Turn {min(self.turn + 1, p.turns)} of {p.turns}."
+        turn = min(self.turn + 1, p.turns)
+        text = f"The pool: {self._describe(self.counts)}. Turn {turn} of {p.turns}."
         if self.deal is not None:
             shares = "; ".join(f"{a} gets {self._describe(s)}" for a, s in self.deal.items())
             return f"{text} Deal: {shares}."
@@ -289,9 +291,10 @@ class BargainRules(Rules):
         else:
             assert parsed[1] is not None
             self.offer = Offer(mover, parsed[1])
+            other = self._opponent(mover)
             result.public_events.append(
                 f"{mover} offers: {mover} keeps {self._describe(parsed[1])}; "
-                f"{self._opponent(mover)} gets {self._describe(self._share(self._opponent(mover), self.offer))}."
+                f"{other} gets {self._describe(self._share(other, self.offer))}."
             )
         self.turn += 1
         if self.deal is None and self.turn < self.params.turns and not last_round:

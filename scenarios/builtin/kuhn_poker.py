@@ -72,7 +72,9 @@ class KuhnPokerRules(Rules):
         for key in ("ante", "bet"):
             value = getattr(p, key)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-                problems.append(Problem(key, f"must be a whole number from 1 to 1000, got {value!r}"))
+                problems.append(
+                    Problem(key, f"must be a whole number from 1 to 1000, got {value!r}")
+                )
         if not isinstance(p.table_talk, bool):
             problems.append(Problem("table_talk", "must be true or false"))
         return problems
@@ -131,9 +133,7 @@ class KuhnPokerRules(Rules):
 
     def public_state(self) -> str:
         """The pot, the betting so far, and at the end the showdown."""
-        betting = ", ".join(
-            f"{self.agents[i % 2]} {PAST[m]}" for i, m in enumerate(self.history)
-        )
+        betting = ", ".join(f"{self.agents[i % 2]} {PAST[m]}" for i, m in enumerate(self.history))
         text = f"Pot: {self._pot()} chips. Betting so far: {betting or 'nothing yet'}."
         if self.result_text:
             text += f" {self.result_text}"
