@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 Outcome = Literal["win", "draw", "loss"]
 TOLERANCE = 1e-9  # returns are sums of floats; |r| below this is a tie
@@ -46,6 +46,19 @@ def winner(returns: Mapping[str, float], tolerance: float = TOLERANCE) -> str | 
     """The agent that won the episode, or ``None`` for a draw (see :func:`outcomes`)."""
     won = [a for a, o in outcomes(returns, tolerance).items() if o == "win"]
     return won[0] if len(won) == 1 else None
+
+
+def is_zero_sum(spec: Any) -> bool:
+    """Whether episodes of the scenario ``spec`` keep the contract: its rules declare zero-sum
+    payoffs (``ScenarioInfo.zero_sum``), the malformed penalty is 0 and cooperation is below 1
+    (at 1 every agent gets the team mean, which is 0)."""
+    from marl.scenarios.rules import RULES
+
+    return (
+        bool(RULES[spec.rules].info.zero_sum)
+        and spec.malformed_penalty == 0
+        and spec.cooperation < 1
+    )
 
 
 _WORD = re.compile(r"[a-z]+")

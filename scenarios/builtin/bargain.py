@@ -87,7 +87,13 @@ class Offer:
 class BargainRules(Rules):
     """Alternating offers over a pool of items valued privately; the better share wins."""
 
-    info = ScenarioInfo(min_agents=2, max_agents=2, default_topology="complete", default_rounds=6)
+    info = ScenarioInfo(
+        min_agents=2,
+        max_agents=2,
+        default_topology="complete",
+        default_rounds=6,
+        zero_sum=True,
+    )
 
     @dataclass(frozen=True)
     class Params:

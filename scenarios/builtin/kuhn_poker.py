@@ -52,7 +52,13 @@ def legal_moves(history: Sequence[str]) -> list[str]:
 class KuhnPokerRules(Rules):
     """One hand of Kuhn Poker; the first agent listed acts first."""
 
-    info = ScenarioInfo(min_agents=2, max_agents=2, default_topology="complete", default_rounds=3)
+    info = ScenarioInfo(
+        min_agents=2,
+        max_agents=2,
+        default_topology="complete",
+        default_rounds=3,
+        zero_sum=True,
+    )
 
     @dataclass(frozen=True)
     class Params:
