@@ -137,10 +137,15 @@ def probe_offline(env_id: str, players: int) -> str | None:
         reason = f"TextArena game {env_id!r} needs a package that is not installed: {exc}"
     except Exception as exc:  # noqa: BLE001 - any failure of a third-party game is reported
         line = (str(exc).splitlines() or [""])[0][:200]
-        reason = (
-            f"TextArena game {env_id!r} did not start with {players} players: "
-            f"{type(exc).__name__}: {line}"
-        )
+        if "api key" in line.lower() or "api_key" in line.lower():
+            reason = (
+                f"TextArena game {env_id!r} cannot run offline: it calls a hosted model ({line})"
+            )
+        else:
+            reason = (
+                f"TextArena game {env_id!r} did not start with {players} players: "
+                f"{type(exc).__name__}: {line}"
+            )
     finally:
         random.setstate(outer)
     _PROBED[key] = reason

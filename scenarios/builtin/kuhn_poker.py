@@ -196,23 +196,37 @@ class KuhnPokerRules(Rules):
         return result
 
 
+def equilibrium_policy(
+    card: str, history: Sequence[str], first: bool, bluff: float = 1 / 6
+) -> dict[str, float]:
+    """A Nash equilibrium of Kuhn Poker (Kuhn 1950): the probability of each legal move.
+
+    ``bluff`` is the family's alpha in [0, 1/3]. First player: open with a bet holding K at
+    3a, J at a (a bluff), never Q; after check-bet, call with K, with Q at a + 1/3, never J.
+    Second player: facing a bet, call with K, with Q at 1/3, never J; after a check, bet K,
+    bluff J at 1/3, check Q. Every such profile is worth -1/18 chip a hand to the first player.
+    """
+    history = tuple(history)
+    if first and not history:
+        bet = {"K": 3 * bluff, "Q": 0.0, "J": bluff}[card]
+        return {"check": 1 - bet, "bet": bet}
+    if first:  # check, then the opponent bet
+        call = {"K": 1.0, "Q": bluff + 1 / 3, "J": 0.0}[card]
+        return {"call": call, "fold": 1 - call}
+    if history == ("bet",):
+        call = {"K": 1.0, "Q": 1 / 3, "J": 0.0}[card]
+        return {"call": call, "fold": 1 - call}
+    bet = {"K": 1.0, "Q": 0.0, "J": 1 / 3}[card]
+    return {"check": 1 - bet, "bet": bet}
+
+
 def _kuhn_move(info: dict[str, Any], rng: random.Random, bluff: float) -> str:
-    """A Nash equilibrium strategy of Kuhn Poker (Kuhn 1950), ``bluff`` = alpha in [0, 1/3]."""
-    card = info.get("card", "J")
-    history = tuple(info.get("history", ()))
-    if info.get("first", True):
-        if not history:  # open: bet K with 3a, bluff J with a, check Q
-            chance = {"K": 3 * bluff, "Q": 0.0, "J": bluff}[card]
-            return "bet" if rng.random() < chance else "check"
-        # check, then the opponent bet: call with K, with Q at a + 1/3, fold J
-        chance = {"K": 1.0, "Q": bluff + 1 / 3, "J": 0.0}[card]
-        return "call" if rng.random() < chance else "fold"
-    if history == ("bet",):  # facing a bet: call K, Q at 1/3, fold J
-        chance = {"K": 1.0, "Q": 1 / 3, "J": 0.0}[card]
-        return "call" if rng.random() < chance else "fold"
-    # after a check: bet K, bluff J at 1/3, check Q
-    chance = {"K": 1.0, "Q": 0.0, "J": 1 / 3}[card]
-    return "bet" if rng.random() < chance else "check"
+    """A move drawn from :func:`equilibrium_policy` for the bot's card and the betting."""
+    policy = equilibrium_policy(
+        info.get("card", "J"), info.get("history", ()), bool(info.get("first", True)), bluff
+    )
+    moves = list(policy)
+    return moves[0] if rng.random() < policy[moves[0]] else moves[1]
 
 
 @register_bot("kuhn_poker", "rule")
