@@ -291,8 +291,18 @@ class TextArenaRules(Rules):
         move = move[:MAX_MOVE_CHARS] if isinstance(move, str) else ""
         state = self.env.state
         turn_before = getattr(state, "turn", None)
-        with self._game_random():
-            done, _ = self.env.step(action=move)
+        try:
+            with self._game_random():
+                done, _ = self.env.step(action=move)
+        except Exception as exc:  # noqa: BLE001 - a reply must never crash the environment
+            # TextArena's own parsers never raised in fuzzing (tests/scenarios/test_textarena.py);
+            # should one raise, the move is the mover's invalid move and loses it the game
+            line = (str(exc).splitlines() or [""])[0][:120]
+            result.invalid[mover] = (
+                f"TextArena could not play the move ({type(exc).__name__}: {line})"
+            )
+            self._forfeit(result, mover)
+            return result
         reason = _invalid_reason(state, player)
         game_info = getattr(state, "game_info", {}) or {}
         flagged = bool(game_info.get(player, {}).get("invalid_move"))
@@ -305,6 +315,16 @@ class TextArenaRules(Rules):
         else:
             self._observe()
         return result
+
+    def _forfeit(self, result: RoundResult, loser: str) -> None:
+        """End the game against ``loser``: -1 for it, the +1 shared by the others."""
+        self.over = True
+        result.done = True
+        others = [a for a in self.agents if a != loser]
+        result.individual = {a: 1.0 / len(others) for a in others}
+        result.individual[loser] = -1.0 if others else 0.0
+        self.ending = f"Game over. {loser} forfeits: TextArena could not play its move."
+        result.public_events.append(self.ending)
 
     def _finish(self, result: RoundResult, cut_short: str) -> None:
         """End the episode: TextArena's rewards, or a draw when the round bound cut it short."""

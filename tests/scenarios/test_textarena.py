@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip(
     "textarena", reason="textarena is not installed (pip install 'marl-llm[textarena]')"
@@ -141,6 +143,40 @@ def test_seeds_replay_and_leave_the_global_random_alone() -> None:
     play = [play_match(env, bots, seed=3, bot_seed=1) for _ in range(2)]
     assert play[0] == play[1]
     assert random.getstate() != before  # only our own draw moved it
+
+
+PIECES = ["[", "]", "[col ", "[Offer:", " -> ", "[Accept]", "[Deny]", "[bet]", "[call]", "[fold]"]
+PIECES += ["9" * 5000, "-1", "0", "3", " ", "Wheat", "Ore", "\n", "\x00", "é", "[0 3]", "[99 99]"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", sorted(SUPPORTED))
+@given(st.lists(st.lists(st.sampled_from(PIECES) | st.text(max_size=30), max_size=8), max_size=30))
+@settings(max_examples=25, deadline=None)
+def test_no_reply_crashes_a_game(env_id: str, replies: list[list[str]]) -> None:
+    env = game(env_id)
+    env.reset(seed=len(replies))
+    for reply in replies:
+        if not env.agents:
+            break
+        env.step(dict.fromkeys(env.agents, "".join(reply)))
+    if not env.agents:
+        outcomes(env.returns)  # zero-sum whatever was written
+
+
+def test_a_move_textarena_cannot_play_forfeits_the_game(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = game("TicTacToe-v0")
+    env.reset(seed=0)
+    first, second = env.possible_agents
+
+    def broken(action: str) -> None:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(env.rules.env, "step", broken)
+    env.step({first: "[4]", second: ""})
+    assert not env.agents
+    assert env.returns == {first: -2.0, second: 2.0}
+    assert env.malformed[first] == 1
 
 
 def test_strip_examples_keeps_the_format_and_drops_the_example() -> None:
