@@ -498,9 +498,9 @@ def textarena_rule_bot(
 ) -> str:
     """A sensible strategy per supported game: tic-tac-toe and Connect Four win, else block,
     else take the centre; Nim moves to a
-    zero nim-sum; Kuhn Poker plays an equilibrium; Simple Negotiation denies every offer (so
-    it never trades value away). Any other game: a random legal move when the adapter knows
-    them, else the idle reply."""
+    zero nim-sum; Kuhn Poker bets and calls (TextArena's bets add nothing to the pot);
+    Simple Negotiation denies every offer (so it never trades value away). Any other game: a
+    random legal move when the adapter knows them, else the idle reply."""
     valid = info.get("valid_actions") or []
     if not valid:
         return IDLE_REPLY
@@ -512,9 +512,10 @@ def textarena_rule_bot(
     if base == "Nim":
         return _nim_move(info, rng)
     if base == "KuhnPoker":
-        from marl.scenarios.builtin.kuhn_poker import _kuhn_move
-
-        return f"[{_kuhn_move(info, rng, bluff=1 / 6)}]"
+        # TextArena 0.7.4's Kuhn Poker never adds a bet or a call to the pot (only the antes
+        # are at stake), so folding only loses and a bet costs nothing: bet, and call any bet.
+        # (The equilibrium of real Kuhn Poker loses chips there: it folds pots it would win.)
+        return "[call]" if "[call]" in valid else "[bet]"
     if base == "SimpleNegotiation":
         return "[Deny]"
     return rng.choice(valid)

@@ -83,6 +83,29 @@ def test_rule_bot_beats_or_holds_the_random_bot(env_id: str) -> None:
     assert score >= 25, f"the rule bot won {score} of 40"
 
 
+def test_textarena_kuhn_bets_add_nothing_to_the_pot() -> None:
+    """TextArena 0.7.4's Kuhn Poker keeps the pot at the antes whatever is bet, which the rule
+    bot exploits (bet, call). Should TextArena fix it, this fails: revisit the bot."""
+    env = game("KuhnPoker-v0")
+    env.reset(seed=0)
+    first, second = env.possible_agents
+    pots = [env.rules.env.state.game_state["pot"]]
+    env.step({second: "[bet]", first: ""})
+    pots.append(env.rules.env.state.game_state["pot"])
+    assert pots == [2, 2]
+
+
+def test_textarena_kuhn_rule_bot_beats_the_random_bot() -> None:
+    env = game("KuhnPoker-v0")
+    agents = env.possible_agents
+    wins = 0
+    for seed in range(30):
+        for seat in (0, 1):
+            bots = {agents[seat]: "rule", agents[1 - seat]: "random"}
+            wins += play_match(env, bots, seed=seed, bot_seed=seed)[agents[seat]] > 0
+    assert wins >= 36, f"the rule bot won {wins} of 60"
+
+
 def test_turns_follow_textarena_and_only_the_mover_acts() -> None:
     env = game("KuhnPoker-v0")
     observations, infos = env.reset(seed=0)
