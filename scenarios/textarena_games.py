@@ -59,7 +59,11 @@ SUPPORTED: dict[str, TextArenaGame] = {
 
 def textarena_missing() -> str | None:
     """Why the adapter cannot run here (the extra is not installed), or ``None``."""
-    if importlib.util.find_spec("textarena") is None:
+    try:
+        spec = importlib.util.find_spec("textarena")
+    except (ImportError, ValueError):  # a blocked or half-imported module
+        spec = None
+    if spec is None:
         return f"TextArena is not installed; it is an optional extra: {INSTALL_HINT}"
     return None
 

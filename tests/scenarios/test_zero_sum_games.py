@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -322,3 +324,27 @@ def test_rule_bots_in_self_play_are_deterministic_per_seed() -> None:
             len({tuple(play_match(env, bots, seed=rng.randrange(99)).values()) for _ in range(20)})
             > 1
         )
+
+
+UNAVAILABLE_PROBE = """
+import sys
+sys.modules["textarena"] = None  # as if the extra were not installed
+import marl
+from marl.scenarios.spec import ScenarioError
+assert "textarena-v0" not in marl.list_scenarios()
+try:
+    marl.make("textarena")
+except ScenarioError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_without_the_extra_textarena_is_unlisted_and_named_when_asked_for() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", UNAVAILABLE_PROBE], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "'textarena-v0' is unavailable: TextArena is not installed" in done.stdout
+    assert "pip install 'marl-llm[textarena]'" in done.stdout
