@@ -42,7 +42,8 @@ TOPOLOGIES: Registry[str, Topology] = Registry("topology")
 class GraphSpec:
     """How to build a communication graph.
 
-    topology:      name of a registered topology (complete, ring, star, line, random, explicit).
+    topology:      name of a registered topology (complete, ring, star, line, random, explicit,
+                   empty).
     directed:      if False every edge works both ways.
     edges:         explicit edge list, for topology ``explicit``.
     center:        hub agent, for ``star`` (default: the first agent).
@@ -127,6 +128,12 @@ def _random(agents: Sequence[str], spec: GraphSpec, rng: random.Random) -> nx.Di
             if rng.random() < spec.p
         ]
     return _finish(agents, edges, spec.directed)
+
+
+@register_topology("empty")
+def _empty(agents: Sequence[str], spec: GraphSpec, rng: random.Random) -> nx.DiGraph:
+    """No edges: nobody can message anybody (games whose only channel is the game itself)."""
+    return _finish(agents, [], True)
 
 
 @register_topology("explicit")

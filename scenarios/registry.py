@@ -30,6 +30,8 @@ from marl.scenarios.spec import (
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 SCENARIOS: Registry[str, Path] = Registry("scenario")  # name -> its YAML file
+# name -> why it cannot be used here (an optional extra is not installed); not listed
+UNAVAILABLE: dict[str, str] = {}
 _VERSION = re.compile(r"^(?P<base>.+)-v(?P<version>\d+)$")
 _loaded = False
 
@@ -63,6 +65,12 @@ def register_scenario(path: str | Path) -> str:
     return name
 
 
+def register_unavailable(name: str, reason: str) -> None:
+    """Record that the built-in scenario ``name`` cannot be used here, and why (its optional
+    dependency is missing). It is not listed; asking for it raises an error with ``reason``."""
+    UNAVAILABLE[name] = reason
+
+
 def list_scenarios() -> list[str]:
     """Names of every registered scenario, versions included."""
     _load_builtins()
@@ -81,6 +89,10 @@ def resolve_name(name: str) -> str:
             versions.append((int(match.group("version")), registered))
     if versions:
         return max(versions)[1]
+    for unavailable, reason in UNAVAILABLE.items():
+        match = _VERSION.match(unavailable)
+        if name == unavailable or (match and match.group("base") == name):
+            raise ScenarioError([Problem("scenario", f"{unavailable!r} is unavailable: {reason}")])
     raise ScenarioError([Problem("scenario", SCENARIOS.unknown_message(name))])
 
 

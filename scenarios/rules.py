@@ -37,6 +37,10 @@ class ScenarioInfo:
     # True: a completion without an ACTION line is taken whole (minus SAY lines) as the action,
     # with no parse error. For toy scenarios that a randomly initialised model must learn.
     free_text_action: bool = False
+    # True: the individual payoffs of every episode sum to zero (a strictly competitive game).
+    # With reward.malformed_penalty 0 the returns then sum to zero too, and the sign of an
+    # agent's return says whether it won, drew or lost (marl.scenarios.zero_sum).
+    zero_sum: bool = False
 
 
 @dataclass

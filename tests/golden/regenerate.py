@@ -26,6 +26,15 @@ def cases() -> list[tuple[str, str]]:
     return [(name, bot) for name in list_scenarios() for bot in bot_names(make(name).spec.rules)]
 
 
+def unavailable(path: Path) -> bool:
+    """Whether ``path`` is the transcript of a scenario whose optional extra is not installed
+    here (``textarena-v0`` without textarena): kept, neither checked nor stale."""
+    from marl.scenarios.registry import UNAVAILABLE, list_scenarios
+
+    list_scenarios()  # registers the built-ins, and records the unavailable ones
+    return path.name.split("__")[0] in UNAVAILABLE
+
+
 def golden_path(scenario: str, bot: str) -> Path:
     """Where the golden transcript of ``scenario`` played by ``bot`` lives."""
     return GOLDEN_DIR / f"{scenario}__{bot}.txt"
@@ -49,7 +58,7 @@ def main(argv: list[str]) -> int:
             outdated.append(path.name)
             if not check:
                 path.write_text(text, encoding="utf-8")
-    stale = sorted(p for p in GOLDEN_DIR.glob("*.txt") if p not in wanted)
+    stale = sorted(p for p in GOLDEN_DIR.glob("*.txt") if p not in wanted and not unavailable(p))
     for path in stale:
         outdated.append(f"{path.name} (no such scenario/bot)")
         if not check:

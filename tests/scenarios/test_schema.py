@@ -103,8 +103,8 @@ BROKEN = [
     (
         broken(graph__topology="torus"),
         [
-            "graph.topology: unknown topology 'torus'; known: complete, explicit, line, random, "
-            "ring, star"
+            "graph.topology: unknown topology 'torus'; known: complete, empty, explicit, line, "
+            "random, ring, star"
         ],
     ),
     (broken(graph__directed="yes"), ["graph.directed: must be true or false"]),
@@ -317,7 +317,7 @@ def test_names_resolve_to_the_latest_version(tmp_path: Path) -> None:
     finally:
         SCENARIOS.pop("signal-v2", None)
         SCENARIOS.pop("signal-v10", None)
-    known = "majority-vote-v0, prisoners-dilemma-v0, public-goods-v0"
+    known = "bargain-v0, kuhn-poker-v0, majority-vote-v0, prisoners-dilemma-v0"
     with pytest.raises(ScenarioError, match=f"unknown scenario 'nope'; known: {known}"):
         marl.make("nope")
 
