@@ -69,6 +69,7 @@ def format_result(name: str, text: str, error: bool = False) -> str:
     body = " | ".join(line for line in lines if line) or "(empty)"
     if error:
         body = f"error: {body}"
+    name = re.sub(r"[^\w\-]", "", str(name))[:40] or "tool"
     return f"{RESULT_HEAD} {name}: {body}\n"
 
 
