@@ -125,7 +125,9 @@ def test_the_cut_keeps_the_token_that_ends_the_call_line() -> None:
 def test_a_tools_scenario_replays_the_same_tool_calls_with_the_same_seed() -> None:
     def play():
         backend = tool_policy.ScriptedTextBackend(tool_policy.ledger_script)
-        slots = [EpisodeSlot(marl.make("ledger-v0"), seed=s, group_id=0, episode_id=s) for s in (0, 1)]
+        slots = [
+            EpisodeSlot(marl.make("ledger-v0"), seed=s, group_id=0, episode_id=s) for s in (0, 1)
+        ]
         return run_episodes(slots, {"p": backend}, lambda a: "p", SAMPLING, seed=3)
 
     first, second = play(), play()

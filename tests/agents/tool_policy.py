@@ -50,7 +50,10 @@ class ScriptedTextBackend:
             ids = ids[: sampling.max_new_tokens]
             with torch.no_grad():
                 logp, _ = sequence_logprobs(
-                    self.model, [list(prompt)], [ids], temperature=sampling.temperature,
+                    self.model,
+                    [list(prompt)],
+                    [ids],
+                    temperature=sampling.temperature,
                     pad_token_id=tok.pad_token_id or 0,
                 )
             finish = "stop" if ids[-1] == tok.eos_token_id else "length"

@@ -26,8 +26,9 @@ SLACK = 2.0  # interpreter start-up and the kill, on a loaded 2-core machine
 
 
 def _call(code: str, timeout: float = TIMEOUT, max_chars: int = 300):
-    box = ToolBox({"python": {"calls": 1, "max_chars": max_chars, "timeout": timeout,
-                              "memory_mb": 256}})
+    box = ToolBox(
+        {"python": {"calls": 1, "max_chars": max_chars, "timeout": timeout, "memory_mb": 256}}
+    )
     start = time.monotonic()
     outcome = box.call("python", code)
     elapsed = time.monotonic() - start
@@ -37,7 +38,9 @@ def _call(code: str, timeout: float = TIMEOUT, max_chars: int = 300):
 
 
 def test_a_snippet_prints_and_replays_exactly() -> None:
-    code = "import random; print(random.randint(0, 10**9)); print(sorted({'b', 'a'}), {'x', 'y', 'z'})"
+    code = (
+        "import random; print(random.randint(0, 10**9)); print(sorted({'b', 'a'}), {'x', 'y', 'z'})"
+    )
     first, second = _call(code), _call(code)
     assert not first.error and first.text == second.text
 
@@ -69,7 +72,8 @@ def test_a_fork_bomb_forks_nothing_and_leaves_nothing_behind() -> None:
         assert thread.error and "can't start new thread" in thread.text
     time.sleep(0.2)
     leftovers = [
-        p for p in _processes() - before
+        p
+        for p in _processes() - before
         if Path(f"/proc/{p}/cmdline").exists()
         and b"marl-python" in Path(f"/proc/{p}/cmdline").read_bytes()
     ]

@@ -85,7 +85,7 @@ def test_calculator_never_raises_anything_but_a_tool_error(text: str) -> None:
     assert time.monotonic() - start < 1.0
 
 
-_ATOMS = st.integers(min_value=-10**6, max_value=10**6).map(lambda v: (f"({v})", Fraction(v)))
+_ATOMS = st.integers(min_value=-(10**6), max_value=10**6).map(lambda v: (f"({v})", Fraction(v)))
 
 
 def _combine(children):
@@ -142,8 +142,16 @@ def _box(**tools):
 
 
 def test_lookup_reads_the_agents_own_table() -> None:
-    box = ToolBox({"lookup": {"calls": 3, "max_chars": 100, "timeout": 1.0,
-                              "data": {"Gears": 670, "bolts": 12}}})
+    box = ToolBox(
+        {
+            "lookup": {
+                "calls": 3,
+                "max_chars": 100,
+                "timeout": 1.0,
+                "data": {"Gears": 670, "bolts": 12},
+            }
+        }
+    )
     assert box.call("lookup", " 'gears' ").text == "RESULT lookup: 670\n"
     miss = box.call("lookup", "cogs")
     assert miss.error and "no entry 'cogs'; keys: Gears, bolts" in miss.text
