@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,13 +43,19 @@ class LedgerRules(Rules):
     class Params:
         """items: rows of each table (drawn from a fixed list of 12 item names).
         min_price / max_price: unit prices are whole numbers in this range.
-        min_quantity / max_quantity: quantities likewise."""
+        min_quantity / max_quantity: quantities likewise.
+        scoring: ``exact`` (team reward 1 for the exact total, else 0) or ``digits`` (partial
+        credit: the share of the total's digits found among the answer's digits, counted with
+        multiplicity, reading every digit of the reply; for tiny test models, whose answers are
+        never exact).
+        ``success`` is exactness either way."""
 
         items: int = 6
         min_price: int = 101
         max_price: int = 999
         min_quantity: int = 12
         max_quantity: int = 99
+        scoring: str = "exact"
 
     @classmethod
     def check_params(cls, params: dict[str, Any], agents: Sequence[str]) -> list[Problem]:
@@ -57,6 +64,8 @@ class LedgerRules(Rules):
         problems = []
         if not 1 <= p.items <= len(ITEMS):
             problems.append(Problem("items", f"must be between 1 and {len(ITEMS)}"))
+        if p.scoring not in ("exact", "digits"):
+            problems.append(Problem("scoring", f"must be exact or digits, got {p.scoring!r}"))
         for low, high in (("min_price", "max_price"), ("min_quantity", "max_quantity")):
             if not 1 <= getattr(p, low) <= getattr(p, high) <= 10**6:
                 problems.append(Problem(low, f"must be >= 1 and <= {high} (at most 1000000)"))
@@ -143,6 +152,8 @@ class LedgerRules(Rules):
         self.done = True
         result = RoundResult(done=True, team=0.0)
         raw = (actions.get(self.auditor) or "").replace(",", "").strip()
+        if self.params.scoring == "digits":
+            return self._partial(raw, result)
         digits = re.fullmatch(r"\$?\s*(\d+)(?:\.0+)?\.?", raw)
         if digits is None or len(digits.group(1)) > MAX_ANSWER_DIGITS:
             result.invalid[self.auditor] = f"expected the total as a whole number, got {raw[:40]!r}"
@@ -152,6 +163,19 @@ class LedgerRules(Rules):
         result.public_events.append(
             f"{self.auditor} answered {self.answer}; the total was {self.total}."
         )
+        return result
+
+    def _partial(self, raw: str, result: RoundResult) -> RoundResult:
+        """``scoring: digits``: the share of the total's digits among the answer's digits."""
+        digits = "".join(c for c in raw if c.isdigit())[:MAX_ANSWER_DIGITS]
+        if not digits:
+            result.invalid[self.auditor] = f"expected the total as digits, got {raw[:40]!r}"
+            return result
+        self.answer = int(digits)
+        truth = str(self.total)
+        common = Counter(digits) & Counter(truth)
+        result.team = sum(common.values()) / len(truth)
+        result.public_events.append(f"{self.auditor} answered {digits}; the total was {truth}.")
         return result
 
 
