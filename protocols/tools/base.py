@@ -164,7 +164,7 @@ def tool_problems(raw: object, agents: Sequence[str]) -> list[tuple[str, str]]:
                 problems.append(
                     (where, f"unknown option of tool {name!r} (allowed: {', '.join(allowed)})")
                 )
-        if entry.check is not None and not any(p[0].startswith(path) for p in problems):
+        if entry.check is not None:
             own_options = {k: v for k, v in options.items() if k in own}
             problems += [(f"{path}.{k}", m) for k, m in entry.check(own_options, agents)]
     return problems
