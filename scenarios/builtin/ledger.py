@@ -132,8 +132,11 @@ class LedgerRules(Rules):
         return "the total cost as a whole number (digits only)."
 
     def agent_info(self, agent: str) -> dict[str, Any]:
-        """Structured facts for scripted bots."""
-        return {"item": self.item, "role": "clerk" if agent == self.clerk else "auditor"}
+        """Structured facts for scripted bots; the auditor's ``valid_actions`` are a few of its
+        valid (whole-number) answers, for the random bot."""
+        if agent == self.clerk:
+            return {"item": self.item, "role": "clerk"}
+        return {"item": self.item, "role": "auditor", "valid_actions": [str(d) for d in range(10)]}
 
     def tool_data(self, agent: str) -> dict[str, Any]:
         """Each agent's own lookup table."""
