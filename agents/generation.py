@@ -86,7 +86,6 @@ class _Row:
 
     owner: int
     prompt: list[int]
-    head: str
     tools: ToolBox | None
     response: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -135,7 +134,7 @@ def generate_by_policy(
             head = response_head(request.info) if response_prefix else ""
             ids = ids + head_ids(tokenizer, head)
             for _ in range(request.n):  # each sample keeps its own count of tool calls
-                rows.append(_Row(k, ids, head, ToolBox.from_info(request.info), text=head))
+                rows.append(_Row(k, ids, ToolBox.from_info(request.info), text=head))
         pending = rows
         for attempt in range(1 + max((r.tools.max_calls for r in rows if r.tools), default=0)):
             if not pending:
