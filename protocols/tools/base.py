@@ -102,7 +102,7 @@ def _entries(raw: object) -> tuple[list[tuple[str, str, Any]], list[tuple[str, s
     if raw is None:
         return out, problems
     if isinstance(raw, Mapping):
-        items = [(f"tools.{k}", k, v) for k, v in raw.items()]
+        items = [(f"tools.{_word(k)}", k, v) for k, v in raw.items()]
     elif isinstance(raw, list):
         items = []
         for i, item in enumerate(raw):
@@ -110,7 +110,7 @@ def _entries(raw: object) -> tuple[list[tuple[str, str, Any]], list[tuple[str, s
                 items.append((f"tools[{i}]", item, {}))
             elif isinstance(item, Mapping) and len(item) == 1:
                 ((k, v),) = item.items()
-                items.append((f"tools[{i}].{k}", k, v))
+                items.append((f"tools[{i}].{_word(k)}", k, v))
             else:
                 problems.append(
                     (f"tools[{i}]", "must be a tool name or a mapping {name: {limits}}")
@@ -130,11 +130,21 @@ def _entries(raw: object) -> tuple[list[tuple[str, str, Any]], list[tuple[str, s
 
 
 def _bad_number(value: object, kind: type, low: float, high: float) -> bool:
+    """Whether ``value`` is not a number of ``kind`` within ``[low, high]`` (never converts a
+    huge integer to float: that would overflow)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return True
     if kind is int and not isinstance(value, int):
         return True
-    return not (math.isfinite(float(value)) and low <= value <= high)
+    if isinstance(value, float) and not math.isfinite(value):
+        return True
+    return not low <= value <= high
+
+
+def _word(key: object) -> str:
+    """A key as it appears in a problem's path: a string cut to 80 characters, else its type
+    (``str()`` of a hostile 5,000-digit integer raises)."""
+    return key[:80] if isinstance(key, str) else f"<{type(key).__name__}>"
 
 
 def tool_problems(raw: object, agents: Sequence[str]) -> list[tuple[str, str]]:
@@ -144,7 +154,7 @@ def tool_problems(raw: object, agents: Sequence[str]) -> list[tuple[str, str]]:
     limit_fields = {f.name: f.type for f in dataclasses.fields(ToolLimits)}
     for path, name, options in entries:
         if name not in TOOLS:
-            problems.append((path, TOOLS.unknown_message(name)))
+            problems.append((path, TOOLS.unknown_message(name, shown=repr(_word(name)))))
             continue
         if not isinstance(options, Mapping):
             problems.append((path, "must be a mapping of limits and options"))
@@ -153,7 +163,7 @@ def tool_problems(raw: object, agents: Sequence[str]) -> list[tuple[str, str]]:
         own = {f.name: f for f in dataclasses.fields(entry.params)} if entry.params else {}
         allowed = sorted(set(limit_fields) | set(own))
         for key, value in options.items():
-            where = f"{path}.{key}"
+            where = f"{path}.{_word(key)}"
             if key in limit_fields:
                 low, high = LIMIT_BOUNDS[key]
                 kind = int if key != "timeout" else float

@@ -30,10 +30,11 @@ def _check(options: Mapping[str, Any], agents: Sequence[str]) -> list[tuple[str,
         return [("tables", "must be a mapping of agent -> {key: value}")]
     problems = []
     for agent, table in tables.items():
-        if agent not in agents:
-            problems.append((f"tables.{agent}", f"unknown agent {agent!r}"))
+        name = agent[:80] if isinstance(agent, str) else f"<{type(agent).__name__}>"
+        if not isinstance(agent, str) or agent not in agents:
+            problems.append((f"tables.{name}", f"unknown agent {name!r}"))
         elif not isinstance(table, Mapping):
-            problems.append((f"tables.{agent}", "must be a mapping of key -> value"))
+            problems.append((f"tables.{name}", "must be a mapping of key -> value"))
     return problems
 
 
