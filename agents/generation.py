@@ -6,17 +6,31 @@ policy per round of its batched branches) both hand a list of :class:`PromptRequ
 untrusted text escaped: :mod:`marl.agents.prompts`), optionally ends with its turn's response
 head (:mod:`marl.agents.heads`), and is repeated ``n`` times; then every policy's rows go to its
 backend in ONE ``generate`` call, policies in sorted order, each call with the same ``seed``.
+
+Tools (docs/tools.md). A request whose info declares tools (``info["tools"]``) may call them
+within its reply: when a completion holds a ``CALL <tool>: <query>`` line, the reply is cut just
+after that line (the tokens sampled past it are dropped: a prefix of a sample is a sample), the
+call runs (:class:`marl.protocols.tools.ToolBox`), its ``RESULT`` line is appended to the reply
+as tokens the policy did not write (mask 0, logprob 0.0), and the row continues from
+``prompt + reply so far``. Every row that continues goes into one more ``generate`` call per
+policy (seeded ``seed + 1_000_003 * k`` for the k-th continuation), so a round costs at most
+``1 + calls`` calls per policy. A reply makes at most the sum of its tools' ``calls`` calls
+(a ``CALL`` line past that is left as text), and generates at most ``max_new_tokens`` tokens in
+all, tool output not counted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from marl.agents.backends import PolicyBackend, SamplingConfig
+from marl.agents.backends import Generation, PolicyBackend, SamplingConfig
 from marl.agents.heads import head_ids, response_head
-from marl.agents.prompts import prompt_ids
+from marl.agents.prompts import prompt_ids, untrusted_ids
+from marl.protocols.tools import ToolBox, find_call
+
+CONTINUATION_SEED_STRIDE = 1_000_003
 
 __all__ = ["PromptRequest", "Reply", "generate_by_policy"]
 
@@ -40,9 +54,14 @@ class PromptRequest:
 class Reply:
     """One sampled completion of a request.
 
-    text:         what the environment gets: the response head (if any) + the generated text.
+    text:         what the environment gets: the response head (if any) + the generated text,
+                  with each tool call's ``RESULT`` line after its ``CALL`` line.
     prompt_ids:   the prompt as generated from, head tokens included (what the learner scores).
-    response_ids: the generated tokens only; ``logprobs`` has one entry per token.
+    response_ids: the reply's tokens: generated ones and tool output; ``logprobs`` and ``mask``
+                  have one entry per token (``mask`` 1 where the policy generated the token, 0
+                  for tool output, whose logprob is 0.0).
+    tools:        whether the request declared tools (its info's ``tools``).
+    tool_calls, tool_errors, tool_seconds: calls made, calls that failed, time spent in tools.
     """
 
     policy_id: str
@@ -50,6 +69,36 @@ class Reply:
     text: str
     response_ids: list[int]
     logprobs: list[float]
+    mask: list[int] = field(default_factory=list)
+    tools: bool = False
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.mask:
+            self.mask = [1] * len(self.response_ids)
+
+
+@dataclass
+class _Row:
+    """One sample being generated, possibly over several calls (tool use)."""
+
+    owner: int
+    prompt: list[int]
+    tools: ToolBox | None
+    response: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    text: str = ""
+    calls: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    done: bool = False
+
+    @property
+    def generated(self) -> int:
+        return sum(self.mask)
 
 
 def generate_by_policy(
@@ -76,30 +125,100 @@ def generate_by_policy(
     calls = 0
     for policy, indices in sorted(by_policy.items()):
         tokenizer = backends[policy].tokenizer
-        rows: list[list[int]] = []
-        owners: list[int] = []
-        heads: dict[int, str] = {}
+        rows: list[_Row] = []
         for k in indices:
             request = requests[k]
             ids = prompt_ids(
                 tokenizer, request.system_prompt, request.observation, max_prompt_tokens
             )
-            if response_prefix:
-                heads[k] = response_head(request.info)
-                ids = ids + head_ids(tokenizer, heads[k])
-            rows += [ids] * request.n
-            owners += [k] * request.n
-        generations = backends[policy].generate(rows, one, seed=seed)
-        calls += 1
-        for k, ids, options in zip(owners, rows, generations):
-            gen = options[0]
-            out[k].append(
+            head = response_head(request.info) if response_prefix else ""
+            ids = ids + head_ids(tokenizer, head)
+            for _ in range(request.n):  # each sample keeps its own count of tool calls
+                rows.append(_Row(k, ids, ToolBox.from_info(request.info), text=head))
+        pending = rows
+        for attempt in range(1 + max((r.tools.max_calls for r in rows if r.tools), default=0)):
+            if not pending:
+                break
+            budget = max(one.max_new_tokens - r.generated for r in pending)
+            generations = backends[policy].generate(
+                [r.prompt + r.response for r in pending],
+                replace(one, max_new_tokens=budget),
+                seed=seed + CONTINUATION_SEED_STRIDE * attempt,
+            )
+            calls += 1
+            for row, options in zip(pending, generations):
+                _absorb(row, options[0], tokenizer, one.max_new_tokens)
+            pending = [r for r in pending if not r.done]
+        for row in rows:
+            out[row.owner].append(
                 Reply(
                     policy_id=policy,
-                    prompt_ids=list(ids),
-                    text=heads.get(k, "") + gen.text,
-                    response_ids=list(gen.response_ids),
-                    logprobs=list(gen.logprobs),
+                    prompt_ids=list(row.prompt),
+                    text=row.text,
+                    response_ids=row.response,
+                    logprobs=row.logprobs,
+                    mask=row.mask,
+                    tools=row.tools is not None,
+                    tool_calls=row.calls,
+                    tool_errors=row.errors,
+                    tool_seconds=row.seconds,
                 )
             )
     return out, calls
+
+
+def _absorb(row: _Row, gen: Generation, tokenizer: Any, max_new_tokens: int) -> None:
+    """Append one generated segment to ``row``: whole when it makes no tool call (the row is
+    then done), else up to the end of its first ``CALL`` line, followed by the call's result."""
+    ids, logprobs = list(gen.response_ids), list(gen.logprobs)
+    room = max_new_tokens - row.generated
+    text = gen.text
+    if len(ids) > room:  # a continuation shares its call's budget with longer rows
+        ids, logprobs = ids[:room], logprobs[:room]
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+    start = len(row.text)
+    call = None
+    if row.tools is not None and row.calls < row.tools.max_calls:
+        call = find_call(row.text + text, start)
+    if call is not None and call.terminated:
+        cut = _shortest_prefix(tokenizer, ids, row.text, start)
+        ids, logprobs = ids[:cut], logprobs[:cut]
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        call = find_call(row.text + text, start)
+    elif call is not None:  # the CALL line ends the segment: drop a trailing end-of-turn token
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        while ids and ids[-1] in special:
+            ids.pop()
+            logprobs.pop()
+    row.response += ids
+    row.logprobs += logprobs
+    row.mask += [1] * len(ids)
+    row.text += text
+    if call is None or row.tools is None:
+        row.done = True
+        return
+    outcome = row.tools.call(call.name, call.query)
+    result = ("" if row.text.endswith("\n") else "\n") + outcome.text
+    tool_ids = untrusted_ids(tokenizer, result)
+    row.response += tool_ids
+    row.logprobs += [0.0] * len(tool_ids)
+    row.mask += [0] * len(tool_ids)
+    row.text += result
+    row.calls += 1
+    row.errors += int(outcome.error)
+    row.seconds += outcome.seconds
+    row.done = row.generated >= max_new_tokens
+
+
+def _shortest_prefix(tokenizer: Any, ids: list[int], before: str, start: int) -> int:
+    """The fewest leading ``ids`` whose text (after ``before``) holds a whole ``CALL`` line,
+    newline included (binary search: once a prefix holds it, every longer one does)."""
+    low, high = 1, len(ids)
+    while low < high:
+        mid = (low + high) // 2
+        call = find_call(before + tokenizer.decode(ids[:mid], skip_special_tokens=True), start)
+        if call is not None and call.terminated:
+            high = mid
+        else:
+            low = mid + 1
+    return high

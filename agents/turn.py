@@ -9,8 +9,11 @@ from dataclasses import dataclass, field
 class TurnRecord:
     """What one agent did in one round of one episode.
 
-    ``mask`` has the length of ``response_ids`` and is 1 where the agent generated the token.
-    Received messages and environment text live in ``prompt_ids`` and are never trained on.
+    ``mask`` has the length of ``response_ids`` and is 1 where the agent generated the token,
+    0 where a tool's output was inserted into the reply (docs/tools.md; its ``logprobs`` entry
+    is 0.0 and meaningless). Received messages and environment text live in ``prompt_ids``.
+    Only mask-1 tokens are ever trained on. ``extras`` holds ``tool_calls``, ``tool_errors``
+    and ``tool_seconds`` when the agent had tools.
     """
 
     agent: str

@@ -26,15 +26,20 @@ def rollout_metrics(rollout: RolloutResult) -> dict[str, float]:
     for turn in rollout.turns:
         turns_by_agent[turn.agent].append(turn)
     for agent, turns in turns_by_agent.items():
-        out[f"agents/{agent}/response_length"] = fmean(len(t.response_ids) for t in turns)
+        # the tokens the agent wrote (tool output, mask 0, is not its writing)
+        out[f"agents/{agent}/response_length"] = fmean(sum(t.mask) for t in turns)
         out[f"agents/{agent}/parse_failure_rate"] = fmean(0.0 if t.parse_ok else 1.0 for t in turns)
+        with_tools = [t for t in turns if "tool_calls" in t.extras]
+        if with_tools:  # every step of a scenario with tools, 0 included (docs/tools.md)
+            for key in ("tool_calls", "tool_errors", "tool_seconds"):
+                out[f"agents/{agent}/{key}"] = fmean(t.extras[key] for t in with_tools)
     if rollout.turns:
         out["team/parse_failure_rate"] = fmean(0.0 if t.parse_ok else 1.0 for t in rollout.turns)
     turns_by_policy = defaultdict(list)
     for turn in rollout.turns:
         turns_by_policy[turn.policy_id].append(turn)
     for policy, turns in turns_by_policy.items():
-        logprobs = [lp for t in turns for lp in t.logprobs]
+        logprobs = [lp for t in turns for lp, m in zip(t.logprobs, t.mask) if m]
         # -mean log p of the sampled tokens: a Monte-Carlo estimate of the policy's entropy
         out[f"policies/{policy}/entropy_proxy"] = -fmean(logprobs) if logprobs else 0.0
     episodes = max(len(rollout.episodes), 1)

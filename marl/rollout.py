@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from marl.agents.backends import PolicyBackend, SamplingConfig
-from marl.agents.generation import PromptRequest, generate_by_policy
+from marl.agents.generation import PromptRequest, Reply, generate_by_policy
 from marl.agents.turn import TurnRecord
 from marl.episodes import EpisodeRecord, record_episode
 from marl.protocols.markup import IDLE_REPLY
@@ -53,6 +53,17 @@ class RolloutResult:
         self.returns.append(record.returns)
         self.malformed.append(record.malformed)
         self.episodes.append(record)
+
+
+def _tool_extras(reply: Reply) -> dict[str, float]:
+    """A turn's tool use, for the metrics (empty when the agent had no tools)."""
+    if not reply.tools:
+        return {}
+    return {
+        "tool_calls": float(reply.tool_calls),
+        "tool_errors": float(reply.tool_errors),
+        "tool_seconds": float(reply.tool_seconds),
+    }
 
 
 def run_episodes(
@@ -111,7 +122,7 @@ def run_episodes(
         for k in order:  # records in the order they were generated: policy by policy
             (i, agent), (reply,) = owners[k], replies[k]
             completions[i][agent] = reply.text
-            result.generated_tokens += len(reply.response_ids)
+            result.generated_tokens += sum(reply.mask)  # tool output is not generated
             slot = slots[i]
             pending[i].append(
                 TurnRecord(
@@ -123,8 +134,9 @@ def run_episodes(
                     prompt_ids=reply.prompt_ids,
                     response_ids=reply.response_ids,
                     logprobs=reply.logprobs,
-                    mask=[1] * len(reply.response_ids),
+                    mask=list(reply.mask),
                     text=reply.text,
+                    extras=_tool_extras(reply),
                 )
             )
         for i, slot in enumerate(slots):

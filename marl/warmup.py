@@ -37,9 +37,10 @@ from torch import nn
 
 from marl.agents.heads import head_ids, response_head
 from marl.agents.logprobs import response_logprobs
-from marl.agents.prompts import prompt_ids
+from marl.agents.prompts import prompt_ids, untrusted_ids
 from marl.config import Config, ConfigError
 from marl.learner import MasterWeights
+from marl.protocols.tools import RESULT_HEAD, find_call
 
 MAX_DATA_BYTES = 64 * 1024 * 1024
 MAX_LINE_CHARS = 200_000
@@ -143,13 +144,51 @@ def encode_turn(tokenizer: Any, turn: ImitationTurn) -> tuple[list[int], list[in
     """``(prompt ids, response ids)``: the prompt as the rollout renders it (head included), the
     response the completion after the head, ended by the end-of-turn token."""
     ids = prompt_ids(tokenizer, turn.system, turn.observation) + head_ids(tokenizer, turn.head)
-    text = turn.completion
-    if turn.head and text.startswith(turn.head):
-        text = text[len(turn.head) :]
-    response = list(tokenizer.encode(text, add_special_tokens=False))
+    pieces = _pieces(turn)
+    if all(keep for _, keep in pieces):
+        text = "".join(piece for piece, _ in pieces)
+        response = list(tokenizer.encode(text, add_special_tokens=False))
+    else:  # tool output: tokenized apart, as the generation loop inserts it
+        response = [i for piece, keep in pieces for i in _piece_ids(tokenizer, piece, keep)]
     if tokenizer.eos_token_id is not None:
         response.append(int(tokenizer.eos_token_id))
     return ids, response
+
+
+def _pieces(turn: ImitationTurn) -> list[tuple[str, int]]:
+    """The completion after its head, cut into runs of lines the agent wrote (1) and tool
+    output (0): a ``RESULT`` line right after a ``CALL`` line is what a tool inserted
+    (docs/tools.md), never what the agent wrote."""
+    text = turn.completion
+    if turn.head and text.startswith(turn.head):
+        text = text[len(turn.head) :]
+    lines = text.splitlines(keepends=True)
+    pieces: list[tuple[str, int]] = []
+    for i, line in enumerate(lines):
+        tool = i > 0 and line.startswith(RESULT_HEAD + " ") and find_call(lines[i - 1]) is not None
+        if pieces and pieces[-1][1] == int(not tool):
+            pieces[-1] = (pieces[-1][0] + line, pieces[-1][1])
+        else:
+            pieces.append((line, int(not tool)))
+    return pieces
+
+
+def response_mask(tokenizer: Any, turn: ImitationTurn, response: Sequence[int]) -> list[int]:
+    """1 for each token of :func:`encode_turn`'s response the model should imitate, 0 for tool
+    output (tokenized as the generation loop inserts it)."""
+    pieces = _pieces(turn)
+    if all(keep for _, keep in pieces):
+        return [1] * len(response)
+    mask: list[int] = []
+    for piece, keep in pieces:
+        mask += [keep] * len(_piece_ids(tokenizer, piece, keep))
+    return mask + [1] * (len(response) - len(mask))
+
+
+def _piece_ids(tokenizer: Any, piece: str, keep: int) -> list[int]:
+    if keep:
+        return list(tokenizer.encode(piece, add_special_tokens=False))
+    return untrusted_ids(tokenizer, piece)
 
 
 def imitation_loss(
@@ -158,10 +197,12 @@ def imitation_loss(
     responses: Sequence[Sequence[int]],
     pad_token_id: int,
     share_prompts: bool = False,
+    masks: Sequence[Sequence[int]] | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Mean negative log-likelihood per response token, and the number of tokens.
     ``share_prompts``: identical prompts and common prefixes run once (``algo.share_prompts``;
-    the same loss and gradient, :mod:`marl.agents.logprobs`)."""
+    the same loss and gradient, :mod:`marl.agents.logprobs`). ``masks``: per response token, 0
+    for tokens not to imitate (tool output), which also leave the count."""
     out = response_logprobs(
         model,
         list(prompts),
@@ -173,6 +214,10 @@ def imitation_loss(
     )
     logp, mask = out.sampling, out.mask  # (B, T), (B, T)
     mask = mask.to(logp.dtype)
+    if masks is not None:
+        width = logp.shape[1]
+        rows = [list(m[:width]) + [0] * (width - len(m[:width])) for m in masks]
+        mask = mask * torch.tensor(rows, dtype=logp.dtype, device=logp.device)  # (B, T)
     tokens = mask.sum()
     return -(logp * mask).sum() / tokens.clamp(min=1.0), int(tokens.item())
 
@@ -205,7 +250,8 @@ class Imitator:
     def step(self, turns: Sequence[ImitationTurn]) -> dict[str, float]:
         """One optimizer step on ``turns`` (gradients accumulated over minibatches)."""
         encoded = [encode_turn(self.tokenizer, t) for t in turns]
-        total_tokens = sum(len(r) for _, r in encoded)
+        masks = [response_mask(self.tokenizer, t, r) for t, (_, r) in zip(turns, encoded)]
+        total_tokens = sum(sum(m) for m in masks)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
@@ -218,6 +264,7 @@ class Imitator:
                     [r for _, r in batch],
                     self.pad,
                     self.share_prompts,
+                    masks[start : start + self.batch_size],
                 )
             (loss * tokens / max(total_tokens, 1)).backward()
             loss_sum += float(loss.detach()) * tokens
@@ -245,6 +292,7 @@ class Imitator:
             [r for _, r in encoded],
             self.pad,
             self.share_prompts,
+            [response_mask(self.tokenizer, t, r) for t, (_, r) in zip(turns, encoded)],
         )
         return float(loss)
 

@@ -24,6 +24,7 @@ from marl.protocols.graphs import build_graph
 from marl.protocols.markup import IDLE_REPLY, SAY_FORM, markup_instructions, parse_completion
 from marl.protocols.messages import Message, Violation
 from marl.protocols.router import Router
+from marl.protocols.tools import tool_instructions
 from marl.scenarios.rules import RULES, RoundResult, Rules
 from marl.scenarios.spaces import AnyText
 from marl.scenarios.spec import ScenarioSpec
@@ -358,6 +359,7 @@ class TextScenarioEnv(ParallelEnv):
         graph = self._state.graph
         contacts = sorted(graph.successors(agent)) if agent in graph else []
         parts.append(markup_instructions(contacts) if self._state.rules else "")
+        parts.append(tool_instructions(self.spec.tools))
         return "\n\n".join(p for p in parts if p)
 
     def _observation(self, agent: str) -> str:
@@ -434,7 +436,22 @@ class TextScenarioEnv(ParallelEnv):
                 "malformed": state.malformed[agent],
                 **self.rules.agent_info(agent),
             }
+            if self.spec.tools and not state.done:
+                infos[agent]["tools"] = self._tools(agent)
         return infos
+
+    def _tools(self, agent: str) -> dict[str, dict[str, Any]]:
+        """The agent's tools this round, as plain data: each tool's settings and ``data`` (the
+        YAML's ``tables.<agent>`` merged with the rules' ``tool_data``), read by
+        :class:`marl.protocols.tools.ToolBox` wherever the agent's reply is generated."""
+        dealt = self.rules.tool_data(agent)
+        tools = {}
+        for name, settings in self.spec.tools.items():
+            fixed = dict(settings.get("tables", {}).get(agent, {}) or {})
+            own = dealt.get(name)
+            data: Any = {**fixed, **own} if isinstance(own, Mapping) else (own or fixed or None)
+            tools[name] = {k: v for k, v in settings.items() if k != "tables"} | {"data": data}
+        return tools
 
     def _mix_rewards(self, outcome: RoundResult) -> dict[str, float]:
         """Mix team and individual payoffs through the cooperation coefficient c.

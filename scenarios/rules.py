@@ -131,6 +131,11 @@ class Rules:
         """Structured facts for scripted bots and logs (plain JSON-like data)."""
         return {}
 
+    def tool_data(self, agent: str) -> dict[str, Any]:
+        """What each declared tool gets for ``agent`` this round, by tool name (plain data):
+        ``{"lookup": {key: value}}`` is the agent's own lookup table (docs/tools.md)."""
+        return {}
+
     def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
         """Apply the round's actions (``None`` = no valid ACTION line)."""
         raise NotImplementedError

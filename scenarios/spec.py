@@ -30,6 +30,7 @@ import yaml
 
 from marl.protocols.graphs import TOPOLOGIES, GraphSpec
 from marl.protocols.router import ChannelNoise, MessageBudget
+from marl.protocols.tools import normalise_tools, tool_problems
 
 TOP_LEVEL_KEYS = {
     "name",
@@ -44,6 +45,7 @@ TOP_LEVEL_KEYS = {
     "system_prompt",
     "params",
     "rules_module",
+    "tools",
 }
 GRAPH_KEYS = {"topology", "directed", "edges", "center", "p", "seed", "rewire_every", "params"}
 MESSAGE_KEYS = {"max_chars", "max_per_round", "noise"}
@@ -138,6 +140,8 @@ class ScenarioSpec:
     system_prompt: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""
+    # the tools agents may call within a turn: {name: limits and options} (docs/tools.md)
+    tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def _unknown_keys(data: Mapping, allowed: set[str], prefix: str) -> list[Problem]:
@@ -498,6 +502,8 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
 
         problems += validate_shaping(reward["shaping"])
 
+    problems += [Problem(path, text) for path, text in tool_problems(data.get("tools"), agents)]
+
     for key in ("description", "system_prompt"):
         if key in data and not isinstance(data[key], str):
             problems.append(Problem(key, "must be a string"))
@@ -769,4 +775,5 @@ def spec_from_dict(data: Mapping, source: str = "") -> ScenarioSpec:
         system_prompt=data.get("system_prompt", ""),
         params=params,
         source=source,
+        tools=normalise_tools(data.get("tools")),
     )

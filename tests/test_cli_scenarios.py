@@ -43,7 +43,7 @@ BROKEN = {
 }
 BROKEN_LINES = [
     "colour: unknown key (allowed: agents, description, episode, graph, messages, name, params, "
-    "reward, roles, rules, rules_module, system_prompt)",
+    "reward, roles, rules, rules_module, system_prompt, tools)",
     "graph.edges[3]: unknown agent 'carol'",
     "reward.cooperation: must be between 0 (zero-sum) and 1 (fully cooperative)",
 ]

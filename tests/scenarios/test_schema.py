@@ -74,7 +74,7 @@ BROKEN = [
         broken(colour="red"),
         [
             "colour: unknown key (allowed: agents, description, episode, graph, messages, name, "
-            "params, reward, roles, rules, rules_module, system_prompt)"
+            "params, reward, roles, rules, rules_module, system_prompt, tools)"
         ],
     ),
     (
@@ -317,7 +317,7 @@ def test_names_resolve_to_the_latest_version(tmp_path: Path) -> None:
     finally:
         SCENARIOS.pop("signal-v2", None)
         SCENARIOS.pop("signal-v10", None)
-    known = "bargain-v0, kuhn-poker-v0, majority-vote-v0, prisoners-dilemma-v0"
+    known = "bargain-v0, kuhn-poker-v0, ledger-v0, majority-vote-v0"
     with pytest.raises(ScenarioError, match=f"unknown scenario 'nope'; known: {known}"):
         marl.make("nope")
 
