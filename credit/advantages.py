@@ -250,7 +250,8 @@ class RoleBaselines:
                 self.updates[k] = self.updates.get(k, 0) + 1
         baseline = torch.tensor([self.baselines[_role_key(r)] for r in roles], dtype=torch.float64)
         values = torch.tensor([float(r) for r in returns], dtype=torch.float64)  # (n,)
-        return rae_advantages(values.reshape(-1, 1), baseline).reshape(-1).tolist()
+        adv = rae_advantages(values.reshape(1, -1), baseline)  # (1, n): each entry its column
+        return adv.reshape(-1).tolist()
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data for a checkpoint."""

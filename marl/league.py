@@ -75,7 +75,7 @@ class Matchup:
     bot: str | None = None
 
     def overrides(self, group: int, agents: list[str]) -> tuple[dict[str, str], dict[str, str]]:
-        """``(policies, bots)`` of group ``group``'s episodes (:class:`marl.rollout.EpisodeSlot`)."""
+        """``(policies, bots)`` of group ``group``'s episodes (see ``EpisodeSlot``)."""
         learner = self.learner_seats[group]
         others = [a for a in agents if a != learner]
         if self.bot is not None:
