@@ -331,9 +331,7 @@ class League:
         """Restore :meth:`state_dict`'s result."""
         self.snapshots = [Snapshot(**s) for s in state["snapshots"]]
         self.records = {k: _Record(*v) for k, v in state["records"].items()}
-        self.windows = {
-            k: deque(v, maxlen=self.config.window) for k, v in state["windows"].items()
-        }
+        self.windows = {k: deque(v, maxlen=self.config.window) for k, v in state["windows"].items()}
         for kind in self.kinds:
             self.windows.setdefault(kind, deque(maxlen=self.config.window))
         self.elo.load_state_dict(state["elo"])
