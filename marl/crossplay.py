@@ -7,6 +7,8 @@ Players:
 
 - a checkpoint (a run directory, its ``checkpoints`` directory or one ``step_N`` directory),
   optionally labelled ``name=path`` and, when the run trained several policies, ``path#policy``;
+- a league snapshot of a run, ``<run>/league/snapshot_<step>.pt`` (its model is the one in
+  ``<run>/config.yaml``): ``snapshot_0.pt`` is the run's own initial checkpoint;
 - ``model:<preset>``: a ``configs/model`` preset as it is before any training (``model:tiny``,
   ``model:smollm2``), e.g. a run's own initial checkpoint when it had no warm-up;
 - a scripted bot of the scenario: ``random``, ``rule`` or ``bot:<name>``.
@@ -56,7 +58,7 @@ class Player:
     """One entrant: a checkpoint's policy, an untrained model preset, or a scripted bot."""
 
     name: str
-    kind: str  # "checkpoint", "model" or "bot"
+    kind: str  # "checkpoint", "snapshot", "model" or "bot"
     path: str | None = None
     policy: str | None = None
     bot: str | None = None
@@ -91,6 +93,9 @@ def parse_players(specs: Sequence[str], rules: str | None = None) -> list[Player
             if not Path(path).exists():
                 hint = f"; bots for rules {rules!r}: {', '.join(sorted(bots))}" if rules else ""
                 raise RunError(f"eval: checkpoint not found: {path}{hint}")
+            if Path(path).is_file() and Path(path).suffix == ".pt":
+                players.append(Player(label or _snapshot_name(Path(path)), "snapshot", path))
+                continue
             players.append(
                 Player(label or _default_name(Path(path)), "checkpoint", path, policy or None)
             )
@@ -110,6 +115,33 @@ def _default_name(path: Path) -> str:
         run = parts[-3] if len(parts) >= 3 and parts[-2] == "checkpoints" else parts[-2]
         return f"{run}@{int(parts[-1][5:])}"
     return parts[-2] if parts[-1] == "checkpoints" else parts[-1]
+
+
+def _snapshot_name(path: Path) -> str:
+    """``run/league/snapshot_0.pt`` -> ``run@0``."""
+    parts = path.resolve().parts
+    step = path.stem.removeprefix("snapshot_")
+    return f"{parts[-3]}@{step}" if len(parts) >= 3 else path.stem
+
+
+def _load_snapshot_player(player: Player) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(model spec fields, weights) of a league snapshot: the model of ``<run>/config.yaml``."""
+    import torch
+    import yaml
+
+    path = Path(player.path)  # type: ignore[arg-type]
+    config_file = path.parent.parent / "config.yaml"
+    if not config_file.is_file():
+        raise RunError(
+            f"eval: {path} is not a league snapshot of a run: no {config_file} to read its "
+            "model from"
+        )
+    config = yaml.safe_load(config_file.read_text()) or {}
+    try:
+        weights = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - one line, not a trace
+        raise RunError(f"eval: cannot read the snapshot {path}: {exc}") from None
+    return dict(config.get("model") or {}), weights
 
 
 def _model_preset(preset: str) -> dict[str, Any]:
@@ -170,14 +202,31 @@ def build_backends(players: Sequence[Player], backend: str = "hf") -> dict[str, 
             continue
         if player.kind == "checkpoint":
             fields, weights, _ = _load_checkpoint_player(player)
+        elif player.kind == "snapshot":
+            fields, weights = _load_snapshot_player(player)
         else:
             fields, weights = player.model, None
         spec = ModelSpec(**fields)
         model, tokenizer = load_model(spec)
         if weights is not None:
-            model.load_state_dict(weights)
+            _load_weights(model, weights, player)
         backends[player.name] = make_backend(backend, model=model, tokenizer=tokenizer)
     return backends
+
+
+def _load_weights(model: Any, weights: dict[str, Any], player: Player) -> None:
+    """Load a player's weights; a tied output layer may be missing (snapshots send it once)."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
+    if missing or unexpected:
+        shown = (missing or unexpected)[:3]
+        raise RunError(
+            f"eval: the weights of {player.name} ({player.path}) do not fit its model: "
+            f"{len(missing)} missing and {len(unexpected)} unexpected tensors, e.g. {shown}"
+        )
+    if tied:
+        model.tie_weights()
 
 
 # --------------------------------------------------------------------------- playing
@@ -495,8 +544,8 @@ def main(args: Sequence[str]) -> int:
     parser.add_argument(
         "players",
         nargs="+",
-        help="checkpoint paths ([name=]path[#policy]), model:<preset>, or bots (random, rule, "
-        "bot:<name>)",
+        help="checkpoint paths ([name=]path[#policy]), league snapshots "
+        "(<run>/league/snapshot_<step>.pt), model:<preset>, or bots (random, rule, bot:<name>)",
     )
     parser.add_argument(
         "--scenario", help="scenario name or YAML (default: the first checkpoint's)"
@@ -556,6 +605,8 @@ def _first_run_config(specs: Sequence[str]) -> dict[str, Any]:
         if body.startswith((BOT_PREFIX, MODEL_PREFIX)):
             continue
         path = body.partition("#")[0]
+        if Path(path).is_file() and path.endswith(".pt"):
+            continue
         if Path(path).exists():
             if config is None:
                 config = load_checkpoint(path).get("config") or {}

@@ -97,6 +97,27 @@ class _Counting:
         return self.inner.generate(prompts, sampling, adapters=adapters, seed=seed)
 
 
+def test_a_league_snapshot_is_the_runs_initial_model(tmp_path: Path) -> None:
+    import torch
+    import yaml
+
+    from marl.agents.models import ModelSpec, load_model
+
+    model, _ = load_model(ModelSpec(kind="tiny", seed=4))
+    (tmp_path / "run" / "league").mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump({"model": {"kind": "tiny"}}))
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied
+    torch.save(state, tmp_path / "run" / "league" / "snapshot_0.pt")
+    (player,) = parse_players([str(tmp_path / "run" / "league" / "snapshot_0.pt"), "random"])[:1]
+    assert (player.name, player.kind) == ("run@0", "snapshot")
+    loaded = build_backends([player])["run@0"].model  # built with seed 0, then loaded
+    for name, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+    (tmp_path / "run" / "config.yaml").unlink()
+    with pytest.raises(RunError, match="no .*config.yaml"):
+        build_backends([player])
+
+
 @pytest.mark.slow
 def test_generation_is_batched_over_every_pairing() -> None:
     from marl.agents.backends import SamplingConfig
@@ -154,6 +175,7 @@ def test_cli_eval_on_trained_checkpoints(tmp_path: Path) -> None:
             str(tmp_path / "seed0"),
             f"late={tmp_path / 'seed1' / 'checkpoints'}",
             "model:tiny",
+            f"init={tmp_path / 'seed0' / 'league' / 'snapshot_0.pt'}",
             "random",
             "rule",
             "--episodes",
@@ -171,10 +193,10 @@ def test_cli_eval_on_trained_checkpoints(tmp_path: Path) -> None:
     assert "| seed0 |" in done.stdout and "Bradley-Terry" in done.stdout
     with open(out / "crossplay.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 5 * 4  # ordered pairs of distinct players
+    assert len(rows) == 6 * 5  # ordered pairs of distinct players
     payload = json.loads((out / "crossplay.json").read_text())
-    assert set(payload["ratings"]) == {"seed0", "late", "tiny", "random", "rule"}
-    assert len(payload["episodes"]) == 10 * 4
+    assert set(payload["ratings"]) == {"seed0", "late", "tiny", "init", "random", "rule"}
+    assert len(payload["episodes"]) == 15 * 4
     assert (out / "crossplay.png").read_bytes()[:4] == b"\x89PNG"
     bad = subprocess.run(
         [marl, "eval", str(tmp_path / "seed0"), str(tmp_path / "missing")],
