@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -214,19 +215,37 @@ def plot(results: list[dict], path: Path) -> None:
     )
     for ax, tags, title in panels:
         for tag, label in tags:
-            curves = [r[tag] for r in results if r.get(tag)]
+            curves = [_played(r, tag) for r in results if r.get(tag)]
             if not curves:
                 continue
             length = min(len(c) for c in curves)
-            steps = list(range(1, length + 1))
-            stats = [interval([c[i] for c in curves]) for i in range(length)]
-            ax.plot(steps, [m for m, _ in stats], label=label)
-            ax.fill_between(steps, [m - h for m, h in stats], [m + h for m, h in stats], alpha=0.15)
+            steps, means, low, high = [], [], [], []
+            for i in range(length):
+                values = [c[i] for c in curves if c[i] == c[i]]  # NaN: no game yet
+                if not values:
+                    continue
+                mean, half = interval(values)
+                bounds = (0.0, 1.0) if tag != "league/elo" else (-math.inf, math.inf)
+                steps.append(i + 1)
+                means.append(mean)
+                low.append(max(bounds[0], mean - half))
+                high.append(min(bounds[1], mean + half))
+            ax.plot(steps, means, label=label)
+            ax.fill_between(steps, low, high, alpha=0.15)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+def _played(curves: dict, tag: str) -> list[float]:
+    """A win-rate curve with NaN where no game against that kind had been played yet."""
+    values = list(curves[tag])
+    if not tag.endswith("/win_rate"):
+        return values
+    games = curves.get(tag.replace("/win_rate", "/games"), [1.0] * len(values))
+    return [v if n > 0 else float("nan") for v, n in zip(values, games)]
 
 
 def main() -> None:
