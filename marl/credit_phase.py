@@ -163,7 +163,8 @@ statistics)."""
         _add_bonuses(result, bonuses)
     turns = rollout.turns
     if trainable is not None:
-        turns = [t for t in rollout.turns if t.policy_id in set(trainable)]
+        learning = set(trainable)
+        turns = [t for t in rollout.turns if t.policy_id in learning]
     apply_credit(turns, result, advantage, baselines=baselines, game=game)
     metrics: dict[str, float] = {}
     if baselines is not None:

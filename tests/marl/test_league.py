@@ -296,3 +296,22 @@ def test_league_on_ray_matches_one_process(tmp_path: Path) -> None:
         {k: distributed[k] for k in comparable}, abs=1e-5
     )
     assert distributed["league/latest/games"] + distributed["league/bot_rule/games"] == 12
+
+
+def test_presets_compose_through_hydra() -> None:
+    from hydra import compose, initialize_config_module
+
+    from marl.cli import _register_scenario_options
+
+    _register_scenario_options()
+    with initialize_config_module(config_module="marl.configs", version_base=None):
+        pool = load_config(
+            compose("train", ["scenario=matching_pennies", "league=pool", "algo=rae"])
+        )
+        selfplay = load_config(compose("train", ["league=selfplay", "algo=marshal"]))
+        default = load_config(compose("train", []))
+    assert pool.league.enabled and pool.league.mix["bot_rule"] > 0 and pool.league.pool_size == 8
+    assert pool.algo.advantage == "rae" and pool.algo.baseline_decay == 0.95
+    assert selfplay.league.mix == {"self": 1.0} and selfplay.algo.advantage == "marshal"
+    assert not default.league.enabled and default.algo.advantage == "grpo"
+    assert check_config(pool) is not None  # the pool fits matching pennies
