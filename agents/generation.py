@@ -110,17 +110,23 @@ def generate_by_policy(
     *,
     max_prompt_tokens: int | None = None,
     response_prefix: bool = False,
+    policies: Sequence[str | None] | None = None,
 ) -> tuple[list[list[Reply]], int]:
     """Every request's ``n`` replies (in request order), and the number of generate calls made.
 
     ``policy_of(agent)`` names the policy an agent uses and ``backends[policy]`` generates for
-    it. Rows of one policy keep the requests' order; ``sampling.n`` is ignored (each request
-    says its own ``n``, as repeated rows).
+    it; ``policies[k]``, when given and not None, names request k's policy instead (the same
+    agent may play different policies in different episodes: a league opponent, cross-play).
+    Rows of one policy keep the requests' order; ``sampling.n`` is ignored (each request says
+    its own ``n``, as repeated rows).
     """
     out: list[list[Reply]] = [[] for _ in requests]
     by_policy: dict[str, list[int]] = {}
+    if policies is not None and len(policies) != len(requests):
+        raise ValueError(f"policies ({len(policies)}) must match requests ({len(requests)})")
     for k, request in enumerate(requests):
-        by_policy.setdefault(policy_of(request.agent), []).append(k)
+        chosen = policies[k] if policies is not None else None
+        by_policy.setdefault(chosen or policy_of(request.agent), []).append(k)
     one = replace(sampling, n=1)
     calls = 0
     for policy, indices in sorted(by_policy.items()):

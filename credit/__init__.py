@@ -4,7 +4,9 @@ Everything here is a pure function on tensors or plain lists, with no model, tra
 inside, so each piece is tested on CPU against hand-computed values.
 
 - :mod:`marl.credit.advantages`: group-relative advantage estimators registered by name
-  (``"grpo"``, ``"dr_grpo"``, ``"rloo"``), normalised per agent within a group.
+  (``"grpo"``, ``"dr_grpo"``, ``"rloo"``), normalised per agent within a group; ``"marshal"``
+  (turn-level, per agent) and ``"rae"`` (SPIRAL's per-role EMA baseline, state in
+  :class:`RoleBaselines`).
 - :mod:`marl.credit.losses`: :func:`policy_loss`, the clipped GRPO / GSPO / Dr. GRPO loss over
   masked response tokens.
 - :mod:`marl.credit.counterfactual`: the re-simulation engine that forks recorded episodes with
@@ -21,12 +23,16 @@ nothing from ``marl.scenarios`` or ``marl.agents``.
 
 from marl.credit.advantages import (
     AdvantageFn,
+    RoleBaselines,
+    advantage_scope,
     compute_advantages,
     dr_grpo_advantages,
     get_advantage,
     group_advantages,
     grpo_advantages,
     list_advantages,
+    marshal_advantages,
+    rae_advantages,
     register_advantage,
     rloo_advantages,
 )
@@ -74,7 +80,9 @@ __all__ = [
     "Level",
     "RecordedEpisode",
     "Resimulator",
+    "RoleBaselines",
     "SimStats",
+    "advantage_scope",
     "apply_credit",
     "bot_generate",
     "callables_generate",
@@ -90,7 +98,9 @@ __all__ = [
     "is_counterfactual",
     "list_advantages",
     "list_credits",
+    "marshal_advantages",
     "policy_loss",
+    "rae_advantages",
     "register_advantage",
     "register_credit",
     "rloo_advantages",

@@ -10,6 +10,17 @@ Per-turn credit ``c_{i,t}`` is normalised per ``(group, agent, round)``: turn t 
 compared with turn t of agent i in the other episodes of its group. (Pooling all of an agent's
 turns would teach it that a turn made redundant by an earlier one was bad.)
 
+Turn-level estimators (``marshal``, scope ``"turn"``) value each turn instead of each episode:
+with episode credit, turn t of agent i is worth its reward-to-go ``G_{i,t}`` (the rewards of
+agent i from round t to the end, ``turn.extras["reward_to_go"]``, filled by the rollout) plus
+the agent's credit minus its return (the shaping bonus, or a counterfactual method's
+correction; 0 under ``credit=team`` without shaping); with per-turn credit, the per-turn
+credit itself. Each turn is its own entry of the ``(group, agent)`` column.
+
+The role estimator ``rae`` (scope ``"role"``) subtracts a per-role baseline kept across
+iterations by a :class:`~marl.credit.advantages.RoleBaselines` that the caller owns; a role is
+``(game, agent)``.
+
 The result goes to ``turn.advantage``; the credit itself is kept in ``turn.extras["credit"]``
 for logging, and ``turn.reward`` (the episode return) is left alone.
 """
@@ -19,13 +30,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from marl.credit.advantages import group_advantages
+from marl.credit.advantages import RoleBaselines, advantage_scope, group_advantages
 from marl.credit.registry import CreditResult
 
 if TYPE_CHECKING:
     from marl.agents.turn import TurnRecord
 
-__all__ = ["apply_credit", "turn_credits"]
+__all__ = ["REWARD_TO_GO", "apply_credit", "turn_credits", "turn_values"]
+
+REWARD_TO_GO = "reward_to_go"  # turn.extras key: the agent's rewards from this round to the end
 
 
 def turn_credits(turns: Sequence[TurnRecord], result: CreditResult) -> list[float]:
@@ -57,15 +70,63 @@ def turn_credits(turns: Sequence[TurnRecord], result: CreditResult) -> list[floa
     return out
 
 
-def apply_credit(
-    turns: Sequence[TurnRecord], result: CreditResult, method: str = "grpo", **kwargs: Any
+def turn_values(
+    turns: Sequence[TurnRecord], credits: Sequence[float], per_turn: bool
 ) -> list[float]:
-    """Set ``turn.advantage`` from the credit, normalised within each GRPO group by the
-    advantage estimator ``method`` (``grpo``, ``dr_grpo``, ``rloo``); returns the advantages.
+    """The value of each turn for a turn-level estimator: its per-turn credit when ``per_turn``,
+    else ``reward_to_go + credit - reward`` (see the module docstring)."""
+    if per_turn:
+        return [float(c) for c in credits]
+    out = []
+    for turn, credit in zip(turns, credits):
+        togo = turn.extras.get(REWARD_TO_GO)
+        if togo is None:
+            raise ValueError(
+                f"turn of agent {turn.agent!r} (round {turn.round}, episode {turn.episode_id}) "
+                f"has no extras[{REWARD_TO_GO!r}]: turn-level advantages need the per-round "
+                "rewards the rollout records"
+            )
+        out.append(float(togo) + float(credit) - float(turn.reward))
+    return out
+
+
+def apply_credit(
+    turns: Sequence[TurnRecord],
+    result: CreditResult,
+    method: str = "grpo",
+    *,
+    baselines: RoleBaselines | None = None,
+    game: str = "",
+    **kwargs: Any,
+) -> list[float]:
+    """Set ``turn.advantage`` from the credit with the advantage estimator ``method`` (``grpo``,
+    ``dr_grpo``, ``rloo``: normalised within each GRPO group; ``marshal``: per turn; ``rae``:
+    against the role baselines ``baselines``, roles ``(game, agent)``); returns the advantages.
 
     ``kwargs`` go to the estimator (for example ``eps``).
     """
     credits = turn_credits(turns, result)
+    scope = advantage_scope(method)
+    if scope == "role":
+        if baselines is None:
+            raise ValueError(
+                f"advantage estimator {method!r} keeps a baseline per role: pass "
+                "baselines=RoleBaselines(...) (the trainer owns one)"
+            )
+        if result.per_turn is not None:
+            episodes: list[Any] = [(t.episode_id, t.round) for t in turns]
+        else:
+            episodes = [t.episode_id for t in turns]
+        advantages = baselines.advantages(
+            credits, [(game, t.agent) for t in turns], episode_ids=episodes
+        )
+        return _store(turns, credits, advantages)
+    if scope == "turn":
+        values = turn_values(turns, credits, result.per_turn is not None)
+        advantages = group_advantages(
+            values, [t.group_id for t in turns], [t.agent for t in turns], method, **kwargs
+        )
+        return _store(turns, credits, advantages)
     if result.per_turn is not None:
         columns = [f"{t.agent}@{t.round}" for t in turns]  # '@' never occurs in agent names
     else:
@@ -78,6 +139,12 @@ def apply_credit(
         episode_ids=[t.episode_id for t in turns],
         **kwargs,
     )
+    return _store(turns, credits, advantages)
+
+
+def _store(
+    turns: Sequence[TurnRecord], credits: Sequence[float], advantages: list[float]
+) -> list[float]:
     for turn, credit, advantage in zip(turns, credits, advantages):
         turn.extras["credit"] = credit
         turn.advantage = advantage

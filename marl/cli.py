@@ -1,4 +1,4 @@
-"""The ``marl`` command: validate, play, train, report, fetch-model, list.
+"""The ``marl`` command: validate, play, train, report, eval, fetch-model, list.
 
 ``play`` and ``train`` are Hydra apps over ``configs/`` (``marl train model=tiny seed=3``,
 ``marl train -m algo=grpo,gspo``); the others take plain arguments. Every error a user can cause
@@ -22,6 +22,9 @@ commands:
   train [overrides]      GRPO training (Hydra app; -m for sweeps)
                          e.g. marl train model=tiny train.steps=2 hydra.run.dir=runs/demo
   report DIR...          compare runs grouped by their swept axes: tables, plots, 95% CIs
+  eval PLAYER...         cross-play: checkpoints, model:<preset> and bots against each other;
+                         a matrix with 95% intervals (md, csv, png) and Elo ratings
+                         e.g. marl eval runs/a runs/b random rule --episodes 40 --out runs/eval
   fetch-model            fetch and convert the embedded SmolLM2-135M-Instruct model once
 
 Hydra overrides name config groups (scenario, model, algo, logging) and keys (seed=3,
@@ -150,6 +153,12 @@ def _guarded(fn: Callable[[], object]) -> None:
         raise SystemExit(130) from None
 
 
+def _eval(args: Sequence[str]) -> int:
+    from marl.crossplay import main as eval_main
+
+    return eval_main(args)
+
+
 def _fetch_model(args: Sequence[str]) -> int:
     from marl.agents.models import fetch_embedded_model
 
@@ -174,7 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0
     command, rest = argv[0], argv[1:]
-    simple = {"validate": _validate, "list": _list, "fetch-model": _fetch_model, "report": _report}
+    simple = {
+        "validate": _validate,
+        "list": _list,
+        "fetch-model": _fetch_model,
+        "report": _report,
+        "eval": _eval,
+    }
     try:
         if command in simple:
             from marl.errors import user_errors

@@ -157,19 +157,27 @@ class AlgoConfig(UpdateSettings):
     """The policy-gradient update: the learner's :class:`~marl.learner.UpdateSettings` (every
     field documented there), plus
 
-    name:      the preset's name (``grpo``, ``gspo``, ``dr_grpo``); only a label.
-    advantage: group-relative estimator, a name in the advantage registry
+    name:      the preset's name (``grpo``, ``gspo``, ``dr_grpo``, ``rae``, ``marshal``); only a
+               label.
+    advantage: the advantage estimator, a name in the advantage registry
                (``marl.credit.advantages.register_advantage``); built in: ``grpo``
-               ((r - mean) / std, Shao et al. 2024), ``dr_grpo`` (r - mean, Liu et al. 2025)
-               and ``rloo`` (leave-one-out).
+               ((r - mean) / std, Shao et al. 2024), ``dr_grpo`` (r - mean, Liu et al. 2025),
+               ``rloo`` (leave-one-out), ``marshal`` (turn-level reward-to-go normalised per
+               agent, Yuan et al. 2025) and ``rae`` (r - b_role, a per-role EMA baseline:
+               SPIRAL, Liu et al. 2025).
+    baseline_decay: ``rae``'s EMA decay alpha in ``b <- alpha b + (1 - alpha) mean(r_role)``
+               (0 = the batch mean of the role; SPIRAL uses 0.95).
     """
 
     name: str = "grpo"
     advantage: str = "grpo"
+    baseline_decay: float = 0.95
 
     def __post_init__(self) -> None:
         if self.advantage not in ADVANTAGES:
             raise ConfigError(ADVANTAGES.unknown_message(self.advantage, key="algo.advantage"))
+        if not 0.0 <= self.baseline_decay < 1.0:
+            raise ConfigError(f"algo.baseline_decay: must be in [0, 1), got {self.baseline_decay}")
         _choice("algo.level", self.level, ("token", "sequence"))
         _choice("algo.aggregation", self.aggregation, ("seq_mean", "token_mean", "constant"))
         _positive("algo.clip_eps", self.clip_eps)
@@ -286,6 +294,62 @@ class EmergenceConfig:
                 f"emergence.influence_samples: must be >= 2, got {self.influence_samples}"
             )
         _positive("emergence.permutations", self.permutations, allow_zero=True)
+
+
+LEAGUE_KINDS = ("self", "latest", "uniform", "pfsp")
+
+
+@dataclass
+class LeagueConfig:
+    """Self-play against a league of opponents (:mod:`marl.league`, docs/competition.md).
+
+    Two-player scenarios only, with one trainable full-model policy that plays both seats. Each
+    step draws one opponent; in each GRPO group the learner plays one seat (alternating with
+    the step and the group) and the opponent the other. Only the learner's turns train.
+
+    enabled:        false (the default) leaves training exactly as without a league.
+    mix:            weight of each opponent kind (normalised; 0 = never; ``league=pool`` sets a
+                    mix of all of them): ``self`` (the learner
+                    on both seats, both trained: plain self-play), ``latest`` (the newest
+                    snapshot), ``uniform`` (a snapshot drawn uniformly from the pool),
+                    ``pfsp`` (a snapshot drawn with weight ``(1 - p_win)^pfsp_power``, where
+                    ``p_win`` is the learner's smoothed score against it: prioritised fictitious
+                    self-play, Vinyals et al. 2019) and ``bot_<name>`` (a scripted bot of the
+                    scenario, e.g. ``bot_random``, ``bot_rule``).
+    pool_size:      snapshots kept (the oldest beyond it is dropped; the initial one is kept
+                    while ``keep_initial``).
+    snapshot_every: steps between snapshots of the learner (a frozen copy joins the pool); the
+                    initial weights are the first snapshot.
+    keep_initial:   never drop the initial snapshot from the pool.
+    pfsp_power:     the exponent p of PFSP's weighting (larger: focus on the hardest).
+    elo_k:          the K factor of the learner's online Elo (``league/elo``).
+    window:         games per opponent kind that the logged win/draw/loss rates cover.
+    """
+
+    enabled: bool = False
+    mix: dict[str, float] = field(default_factory=dict)
+    pool_size: int = 8
+    snapshot_every: int = 5
+    keep_initial: bool = True
+    pfsp_power: float = 1.0
+    elo_k: float = 16.0
+    window: int = 64
+
+    def __post_init__(self) -> None:
+        _positive("league.pool_size", self.pool_size)
+        _positive("league.snapshot_every", self.snapshot_every)
+        _positive("league.pfsp_power", self.pfsp_power, allow_zero=True)
+        _positive("league.elo_k", self.elo_k)
+        _positive("league.window", self.window)
+        for kind, weight in self.mix.items():
+            if kind not in LEAGUE_KINDS and not (kind.startswith("bot_") and len(kind) > 4):
+                raise ConfigError(
+                    f"league.mix.{kind}: unknown opponent kind; use {', '.join(LEAGUE_KINDS)} "
+                    "or bot_<name> (a scripted bot of the scenario, e.g. bot_random)"
+                )
+            _positive(f"league.mix.{kind}", weight, allow_zero=True)
+        if self.enabled and not any(w > 0 for w in self.mix.values()):
+            raise ConfigError("league.mix: give at least one opponent kind a weight > 0")
 
 
 @dataclass
@@ -421,6 +485,8 @@ class Config:
                      are allowed, an exact agent name wins over a pattern.
     ray:             the Ray runtime (:class:`RayConfig`).
     emergence:       the emergent-communication metrics (:class:`EmergenceConfig`).
+    league:          self-play against a league of past snapshots and bots
+                     (:class:`LeagueConfig`; off by default).
     runtime:         torch threads of this process (:class:`RuntimeSettings`).
     """
 
@@ -446,6 +512,7 @@ class Config:
     policy_map: dict[str, str] = field(default_factory=dict)
     ray: RayConfig = field(default_factory=RayConfig)
     emergence: EmergenceConfig = field(default_factory=EmergenceConfig)
+    league: LeagueConfig = field(default_factory=LeagueConfig)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
 
     def __post_init__(self) -> None:

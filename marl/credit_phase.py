@@ -23,6 +23,7 @@ from marl.credit import (
     CreditResult,
     RecordedEpisode,
     Resimulator,
+    RoleBaselines,
     apply_credit,
     compute_credit,
     is_counterfactual,
@@ -130,6 +131,9 @@ def credit_phase(
     bonuses: Sequence[dict[str, float]] | None = None,
     *,
     computed: CreditResult | None = None,
+    baselines: RoleBaselines | None = None,
+    game: str = "",
+    trainable: Sequence[str] | None = None,
 ) -> tuple[CreditResult, dict[str, float]]:
     """Assign credit and advantages to the rollout's turn records; returns metrics.
 
@@ -138,7 +142,11 @@ def credit_phase(
     ``engine`` for a counterfactual method. ``bonuses`` (one per episode, in episode order) are
     the scenario's reward shaping (:mod:`marl.outcomes`): each agent's bonus is added to its
     credit (to each of its per-turn credits with ``credit.per_turn``) before the group
-    normalisation."""
+    normalisation. ``baselines`` and ``game`` serve the role estimator ``rae`` (the trainer owns
+    the baselines; roles are ``(game, agent)``); its baselines are logged as
+    ``credit/baseline/<agent>``. ``trainable``: only these policies' turns get advantages (the
+others, a league's frozen opponent, keep 0 and never reach a baseline or a group's
+statistics)."""
     if computed is None:
         episodes = [record.recorded for record in rollout.episodes]
         if engine is not None:
@@ -153,8 +161,17 @@ def credit_phase(
     result = computed
     if bonuses is not None:
         _add_bonuses(result, bonuses)
-    apply_credit(rollout.turns, result, advantage)
+    turns = rollout.turns
+    if trainable is not None:
+        learning = set(trainable)
+        turns = [t for t in rollout.turns if t.policy_id in learning]
+    apply_credit(turns, result, advantage, baselines=baselines, game=game)
     metrics: dict[str, float] = {}
+    if baselines is not None:
+        prefix = f"{game}:"
+        for key, value in sorted(baselines.baselines.items()):
+            if key.startswith(prefix):
+                metrics[f"credit/baseline/{key[len(prefix):]}"] = value
     agents = sorted({a for c in result.credit for a in c})
     for agent in agents:
         metrics[f"credit/{agent}/mean"] = fmean(c[agent] for c in result.credit)

@@ -741,10 +741,13 @@ def tracker_for(config: Any, influence_for: InfluenceFn | None) -> EmergenceTrac
 
     Influence is measured by ``influence_for`` (the runtime's ``influence``: each rollout worker
     re-simulates the episodes it played), by default at every step for scripted agents and
-    every 10 steps for LLM agents (``emergence.influence_every``).
+    every 10 steps for LLM agents (``emergence.influence_every``), and never under a league.
     """
     e = config.emergence
     default = 1 if config.agents == "scripted" else 10
+    league = getattr(config, "league", None)
+    if league is not None and league.enabled:
+        default = 0  # re-simulation knows the run's policy map, not the league's opponents
     return EmergenceTracker(
         None,
         None,

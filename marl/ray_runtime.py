@@ -377,19 +377,32 @@ class RayRuntime:
 
     # ------------------------------------------------------------------ phases
 
-    def submit_rollout(self, step: int) -> PendingCalls:
+    def submit_rollout(self, step: int, matchup: Any = None) -> PendingCalls:
         """Start ``step``'s rollout on every worker; :meth:`collect_rollout` gathers it."""
         blocks = split_groups(self.config.train.seeds_per_step, len(self.workers))
-        return self._submit([(i, "rollout", (step, block)) for i, block in enumerate(blocks)])
+        return self._submit(
+            [(i, "rollout", (step, block, matchup)) for i, block in enumerate(blocks)]
+        )
 
     def collect_rollout(self, pending: PendingCalls) -> RolloutResult:
         """Gather the workers' results into one rollout, in group order."""
         parts = self._collect(pending)
         return merge_rollouts([parts[i] for i in sorted(parts)])
 
-    def rollout(self, step: int) -> RolloutResult:
+    def rollout(self, step: int, matchup: Any = None) -> RolloutResult:
         """Play the iteration's groups on the workers."""
-        return self.collect_rollout(self.submit_rollout(step))
+        return self.collect_rollout(self.submit_rollout(step, matchup))
+
+    def policy_weights(self, policy_id: str) -> Any:
+        """A learner's current weights, fetched from its actor."""
+        return ray.get(self.learners[policy_id].weights.remote())
+
+    def load_frozen(self, payload: Any) -> None:
+        """Put a frozen policy's weights in the object store once; every worker loads them (a
+        replaced worker loads them too, with the learners' newest weights)."""
+        self._weights[payload.policy_id] = ray.put(payload)
+        ref = self._weights[payload.policy_id]
+        self._collect(self._submit([(i, "load_many", (ref,)) for i in range(len(self.workers))]))
 
     def credit(self, step: int, rollout: RolloutResult) -> CreditResult:
         """Counterfactual credit on every worker at once, each on the groups it played (the
@@ -424,8 +437,10 @@ class RayRuntime:
         """Each learner puts its weights in the object store once; every worker loads them."""
         if not self.learners:
             return
+        frozen = {p: r for p, r in self._weights.items() if p not in self.learners}
         self._weights = {pid: learner.weights.remote() for pid, learner in self.learners.items()}
-        refs = tuple(self._weights.values())
+        self._weights.update(frozen)  # a league opponent's weights stay for replaced workers
+        refs = tuple(self._weights[pid] for pid in self.learners)
         self._collect(self._submit([(i, "load_many", refs) for i in range(len(self.workers))]))
 
     def evaluate(self, episodes: int, step: int) -> RolloutResult:

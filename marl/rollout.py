@@ -10,6 +10,7 @@ process that played them.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,12 +25,20 @@ from marl.scenarios.base import TextScenarioEnv
 @dataclass
 class EpisodeSlot:
     """One environment in a rollout batch, with its place in the GRPO layout. A slot lives in
-    the process that plays it; what leaves that process is the episode's record."""
+    the process that plays it; what leaves that process is the episode's record.
+
+    policies: agent -> policy id for this episode only (a league opponent's seat, a cross-play
+              pairing); agents not named play ``policy_of(agent)``.
+    bots:     agent -> scripted bot name for this episode only: the bot writes the agent's
+              replies (no generation, no turn record), with randomness seeded by the episode.
+    """
 
     env: TextScenarioEnv
     seed: int
     group_id: int
     episode_id: int
+    policies: dict[str, str] = field(default_factory=dict)
+    bots: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,7 +90,11 @@ def run_episodes(
     ``seed`` seeds generation, round by round, so a rollout is reproducible. With
     ``response_prefix`` each reply starts with the head its turn needs (:mod:`marl.agents.heads`):
     the head's tokens end the prompt, and the environment gets ``head + generated text``.
+    A slot's ``policies`` and ``bots`` override ``policy_of`` for that episode. Every turn record
+    gets ``extras["reward_to_go"]``: its agent's rewards from its round to the episode's end.
     """
+    from marl.scenarios.bots import get_bot
+
     result = RolloutResult()
     observations, infos = [], []
     for slot in slots:
@@ -89,9 +102,15 @@ def run_episodes(
         observations.append(obs)
         infos.append(info)
     pending: list[list[TurnRecord]] = [[] for _ in slots]
+    rewards: list[list[dict[str, float]]] = [[] for _ in slots]  # per slot, per round
+    bots = [
+        {a: get_bot(slot.env.spec.rules, name) for a, name in slot.bots.items()} for slot in slots
+    ]
+    bot_rngs = [random.Random(f"{seed}:{slot.seed}:{slot.episode_id}:bot") for slot in slots]
     round_index = 0
     while any(slot.env.agents for slot in slots):
         requests: list[PromptRequest] = []
+        chosen: list[str] = []
         owners: list[tuple[int, str]] = []
         completions: dict[int, dict[str, str]] = {i: {} for i in range(len(slots))}
         for i, slot in enumerate(slots):
@@ -99,6 +118,12 @@ def run_episodes(
                 if slot.env.is_idle(agent):  # nothing to say or do: no generation, no record
                     completions[i][agent] = IDLE_REPLY
                     continue
+                if agent in bots[i]:  # a scripted opponent: no generation, no record
+                    completions[i][agent] = bots[i][agent](
+                        agent, observations[i][agent], infos[i][agent], bot_rngs[i]
+                    )
+                    continue
+                chosen.append(slot.policies.get(agent) or policy_of(agent))
                 requests.append(
                     PromptRequest(
                         agent,
@@ -116,9 +141,10 @@ def run_episodes(
             seed * 100_003 + round_index,
             max_prompt_tokens=max_prompt_tokens,
             response_prefix=response_prefix,
+            policies=chosen,
         )
         result.generate_calls += calls
-        order = sorted(range(len(requests)), key=lambda k: policy_of(requests[k].agent))
+        order = sorted(range(len(requests)), key=lambda k: chosen[k])
         for k in order:  # records in the order they were generated: policy by policy
             (i, agent), (reply,) = owners[k], replies[k]
             completions[i][agent] = reply.text
@@ -142,7 +168,8 @@ def run_episodes(
         for i, slot in enumerate(slots):
             if not slot.env.agents:
                 continue
-            observations[i], _, _, _, infos[i] = slot.env.step(completions[i])
+            observations[i], step_rewards, _, _, infos[i] = slot.env.step(completions[i])
+            rewards[i].append(dict(step_rewards))
         round_index += 1
     for i, slot in enumerate(slots):
         returns = slot.env.returns
@@ -151,7 +178,14 @@ def run_episodes(
         }
         for turn in pending[i]:
             turn.reward = returns[turn.agent]
+            turn.extras["reward_to_go"] = _reward_to_go(rewards[i], turn.round, turn.agent)
             turn.parse_ok = (turn.round, turn.agent) not in parse_failed
         result.turns += pending[i]
         result.add_episode(slot)
     return result
+
+
+def _reward_to_go(per_round: Sequence[Mapping[str, float]], start: int, agent: str) -> float:
+    """``agent``'s rewards from round ``start`` to the end (rounds are played in order, so
+    entry k of ``per_round`` is round k of the episode)."""
+    return float(sum(r.get(agent, 0.0) for r in per_round[start:]))

@@ -29,8 +29,17 @@ from marl.workers import RolloutWorker
 class Runtime(Protocol):
     """The phases an iteration asks of its runtime."""
 
-    def rollout(self, step: int) -> RolloutResult:
-        """Play the iteration's B seeds x G episodes with the current weights."""
+    def rollout(self, step: int, matchup: Any = None) -> RolloutResult:
+        """Play the iteration's B seeds x G episodes with the current weights (a league
+        ``matchup`` puts its opponent on the learner's other seats)."""
+        ...
+
+    def policy_weights(self, policy_id: str) -> Any:
+        """A trainable policy's current weights (a :class:`~marl.policies.WeightPayload`)."""
+        ...
+
+    def load_frozen(self, payload: Any) -> None:
+        """Give every rollout worker new weights for a frozen policy (a league opponent)."""
         ...
 
     def credit(self, step: int, rollout: RolloutResult) -> CreditResult:
@@ -121,9 +130,17 @@ class LocalRuntime:
                 self.learners[pid] = PolicyLearner(spec, config, device=device)
         self.sync()
 
-    def rollout(self, step: int) -> RolloutResult:
+    def rollout(self, step: int, matchup: Any = None) -> RolloutResult:
         """Play every group of ``step`` in this process (one batched call per round)."""
-        return self.worker.rollout(step, range(self.config.train.seeds_per_step))
+        return self.worker.rollout(step, range(self.config.train.seeds_per_step), matchup)
+
+    def policy_weights(self, policy_id: str) -> Any:
+        """The learner's current weights, as detached CPU copies."""
+        return self.learners[policy_id].weights()
+
+    def load_frozen(self, payload: Any) -> None:
+        """Load a frozen policy's weights into the one worker."""
+        self.worker.load_weights(payload)
 
     def evaluate(self, episodes: int, step: int) -> RolloutResult:
         """The held-out evaluation, in this process."""

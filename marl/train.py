@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from marl.checkpoint import check_resume, check_weights, load_checkpoint, save_checkpoint
 from marl.config import Config, ConfigError, load_config
-from marl.credit import is_counterfactual
+from marl.credit import RoleBaselines, advantage_scope, is_counterfactual
 from marl.credit_phase import credit_phase, mean_influence
 from marl.emergence import tracker_for
 from marl.evaluation import due, evaluation_metrics
@@ -60,6 +60,11 @@ def check_config(config: Config) -> PolicyPlan | None:
             )
         return None
     plan = plan_for(config)
+    if config.league.enabled:
+        from marl.league import check_league, league_plan
+
+        check_league(config, plan, list(plan.agent_policy))
+        plan = league_plan(plan)
     _check_warmup(config)
     r = config.ray
     if not r.enabled:
@@ -152,6 +157,8 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         emergence = tracker_for(config, runtime.influence)
         if resume is not None:
             emergence.load_state_dict(resume.get("emergence"))
+        baselines = _baselines(config, resume)
+        league = _league(config, plan, run_dir, resume)
         if start == 0 and config.warmup.steps > 0:
             from marl.warmup import run_warmup
 
@@ -169,13 +176,27 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         _evaluate(runtime, config, start, logger, summary)
         for step in range(start, t.steps):
             began = time.perf_counter()
-            rollout = runtime.rollout(step)
+            matchup = None
+            if league is not None:
+                assert plan is not None
+                matchup = _league_matchup(
+                    league, runtime, plan.trainable[0], step, t.seeds_per_step
+                )
+            rollout = runtime.rollout(step, matchup)
             rollout_time = time.perf_counter() - began
             bonuses = episode_bonuses(rollout, step)
             credit_began = time.perf_counter()
             computed = runtime.credit(step, rollout) if counterfactual else None
             credit_result, credit_metrics = credit_phase(
-                config.credit, rollout, None, config.algo.advantage, bonuses, computed=computed
+                config.credit,
+                rollout,
+                None,
+                config.algo.advantage,
+                bonuses,
+                computed=computed,
+                baselines=baselines,
+                game=config.scenario.name,
+                trainable=plan.trainable if league is not None and plan is not None else None,
             )
             credit_time = time.perf_counter() - credit_began
             update_began = time.perf_counter()
@@ -191,6 +212,8 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             metrics.update(credit_metrics)
             metrics.update(outcome_metrics(rollout, step, bonuses))
             metrics.update(_policy_metrics(updates))
+            if league is not None and matchup is not None:
+                metrics.update(league.record(matchup, rollout.episodes))
             step_time = time.perf_counter() - began
             metrics.update(
                 {
@@ -215,6 +238,10 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                     **_checkpoint(config, runtime, step + 1),
                     "emergence": emergence.state_dict(),
                 }
+                if baselines is not None:
+                    state["advantage"] = baselines.state_dict()
+                if league is not None:
+                    state["league"] = league.state_dict()
                 save_checkpoint(run_dir, step + 1, state)
             progress.update(1)
             progress.set_postfix(
@@ -234,6 +261,47 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         print(f"curves: {png}")
     print(f"tensorboard logs: {run_dir / 'tensorboard'}  (view: tensorboard --logdir {run_dir})")
     return metrics
+
+
+def _baselines(config: Config, resume: dict[str, Any] | None) -> RoleBaselines | None:
+    """The role baselines of a role estimator (``algo.advantage=rae``), restored on resume;
+    None for the other estimators."""
+    if advantage_scope(config.algo.advantage) != "role":
+        return None
+    baselines = RoleBaselines(config.algo.baseline_decay)
+    if resume is not None and resume.get("advantage") is not None:
+        baselines.load_state_dict(resume["advantage"])
+    return baselines
+
+
+def _league(
+    config: Config, plan: PolicyPlan | None, run_dir: Path, resume: dict[str, Any] | None
+) -> Any:
+    """The run's :class:`~marl.league.League` (None without one), restored on resume."""
+    if not config.league.enabled or plan is None:
+        return None
+    from marl.league import League
+
+    league = League(config.league, list(plan.agent_policy), run_dir / "league", seed=config.seed)
+    if resume is not None and resume.get("league") is not None:
+        league.load_state_dict(resume["league"])
+    return league
+
+
+def _league_matchup(league: Any, runtime: Runtime, learner: str, step: int, groups: int) -> Any:
+    """Snapshot the learner when due, draw the step's opponent and load its weights into the
+    league's frozen policy (skipped when the workers already hold that snapshot)."""
+    from marl.league import LEAGUE_POLICY
+    from marl.policies import WeightPayload
+
+    if league.due(step):
+        league.add_snapshot(step, runtime.policy_weights(learner).state)
+    matchup = league.draw(step, groups)
+    if matchup.policy is not None and league.loaded != matchup.opponent:
+        weights = league.load_weights(matchup.opponent)
+        runtime.load_frozen(WeightPayload(LEAGUE_POLICY, "full", weights, version=step))
+        league.loaded = matchup.opponent
+    return matchup
 
 
 def _evaluate(

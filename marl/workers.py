@@ -88,8 +88,12 @@ class RolloutWorker:
 
             self.policies = InferencePolicies(plan, config, device=device)
 
-    def slots(self, step: int, groups: Sequence[int]) -> list[EpisodeSlot]:
-        """The episodes of ``groups`` at ``step``: group b plays scenario seed b, G times."""
+    def slots(
+        self, step: int, groups: Sequence[int], matchup: Any = None
+    ) -> list[EpisodeSlot]:
+        """The episodes of ``groups`` at ``step``: group b plays scenario seed b, G times. A
+        league ``matchup`` (:class:`marl.league.Matchup`) puts its opponent on the seats the
+        learner does not play."""
         t = self.config.train
         seeds = step_seeds(self.config.seed, step, t.seeds_per_step)
         out = []
@@ -101,12 +105,24 @@ class RolloutWorker:
                         self.config.scenario.name, **self.config.scenario.overrides
                     )
                 env = self.envs[episode]
-                out.append(EpisodeSlot(env=env, seed=seeds[b], group_id=b, episode_id=episode))
+                policies, bots = ({}, {})
+                if matchup is not None:
+                    policies, bots = matchup.overrides(b, list(env.possible_agents))
+                out.append(
+                    EpisodeSlot(
+                        env=env,
+                        seed=seeds[b],
+                        group_id=b,
+                        episode_id=episode,
+                        policies=policies,
+                        bots=bots,
+                    )
+                )
         return out
 
-    def rollout(self, step: int, groups: Sequence[int]) -> RolloutResult:
-        """Play ``groups`` of iteration ``step`` to the end."""
-        return self._play(self.slots(step, groups), self.config.seed * 1_000_003 + step)
+    def rollout(self, step: int, groups: Sequence[int], matchup: Any = None) -> RolloutResult:
+        """Play ``groups`` of iteration ``step`` to the end (against ``matchup``'s opponent)."""
+        return self._play(self.slots(step, groups, matchup), self.config.seed * 1_000_003 + step)
 
     def evaluate(self, episodes: int, step: int) -> RolloutResult:
         """Play ``episodes`` held-out scenarios, one episode each (no update follows); the same

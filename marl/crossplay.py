@@ -1,0 +1,615 @@
+"""``marl eval``: play checkpoints, base models and scripted bots against each other.
+
+    marl eval runs/seed0/checkpoints runs/seed1/checkpoints model:smollm2 random rule \\
+        --episodes 40 --out runs/eval
+
+Players:
+
+- a checkpoint (a run directory, its ``checkpoints`` directory or one ``step_N`` directory),
+  optionally labelled ``name=path`` and, when the run trained several policies, ``path#policy``;
+- a league snapshot of a run, ``<run>/league/snapshot_<step>.pt`` (its model is the one in
+  ``<run>/config.yaml``): ``snapshot_0.pt`` is the run's own initial checkpoint;
+- ``model:<preset>``: a ``configs/model`` preset as it is before any training (``model:tiny``,
+  ``model:smollm2``), e.g. a run's own initial checkpoint when it had no warm-up;
+- a scripted bot of the scenario: ``random``, ``rule`` or ``bot:<name>``.
+
+Every pairing plays ``--episodes`` episodes, seeded: episode k uses the k//2-th evaluation
+scenario seed with the seats in one order for even k and swapped for odd k, so both players
+see the same scenarios from both seats. All pairings' episodes run at once, one batched
+generate call per model per round, as training's rollout does (:func:`marl.rollout.run_episodes`).
+
+Competitive mode (two agents and ``reward.cooperation < 1``): each cell is the row player's win
+rate against the column player, with its 95% Wilson interval and the draws (the zero-sum
+contract of :func:`marl.ratings.outcome`), and every game feeds Bradley-Terry ratings on the
+Elo scale with bootstrap intervals (:mod:`marl.ratings`). Cooperative mode (a fully cooperative
+scenario, or more than two agents): held-out partners; each cell is the team's mean return
+(the agents' mean) when the row player fills the even seats and the column player the odd ones
+(swapped every other episode), with a 95% t-interval, and the success rate with its Wilson
+interval when the scenario defines success. The diagonal is self-play.
+
+Written to ``--out``: ``crossplay.md`` (the matrix and the ratings), ``crossplay.csv`` (one row
+per ordered pairing), ``crossplay.png`` (a heatmap) and ``crossplay.json`` (every game).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import fmean, stdev
+from typing import Any
+
+from marl.errors import RunError
+from marl.ratings import Game, bootstrap_ratings, outcome, score_of, wilson
+
+__all__ = ["Player", "crossplay", "main", "parse_players"]
+
+BOT_PREFIX = "bot:"
+MODEL_PREFIX = "model:"
+
+
+@dataclass
+class Player:
+    """One entrant: a checkpoint's policy, an untrained model preset, or a scripted bot."""
+
+    name: str
+    kind: str  # "checkpoint", "snapshot", "model" or "bot"
+    path: str | None = None
+    policy: str | None = None
+    bot: str | None = None
+    model: dict[str, Any] = field(default_factory=dict)  # the ModelSpec fields
+
+
+def parse_players(specs: Sequence[str], rules: str | None = None) -> list[Player]:
+    """Players from their command-line spellings (see the module docstring). A path that does
+    not exist and is not a bot of ``rules`` is refused, naming it; so is an unknown bot or
+    model preset. Names must be unique."""
+    from marl.scenarios.bots import bot_names
+    from marl.scenarios.registry import list_scenarios
+
+    list_scenarios()  # loads the built-in rules and their bots
+    bots = set(bot_names(rules)) if rules is not None else {"random"}
+    players: list[Player] = []
+    for spec in specs:
+        label, _, body = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        if body.startswith(BOT_PREFIX) or (body in bots and not Path(body).exists()):
+            name = body[len(BOT_PREFIX) :] if body.startswith(BOT_PREFIX) else body
+            if name not in bots:
+                where = f"for rules {rules!r}" if rules else "(no scenario to look bots up in)"
+                raise RunError(
+                    f"eval: unknown bot {name!r} {where}; known: {', '.join(sorted(bots))}"
+                )
+            players.append(Player(label or name, "bot", bot=name))
+        elif body.startswith(MODEL_PREFIX):
+            preset = body[len(MODEL_PREFIX) :]
+            players.append(Player(label or preset, "model", model=_model_preset(preset)))
+        else:
+            path, _, policy = body.partition("#")
+            if not Path(path).exists():
+                hint = f"; bots for rules {rules!r}: {', '.join(sorted(bots))}" if rules else ""
+                raise RunError(f"eval: checkpoint not found: {path}{hint}")
+            if Path(path).is_file() and Path(path).suffix == ".pt":
+                players.append(Player(label or _snapshot_name(Path(path)), "snapshot", path))
+                continue
+            players.append(
+                Player(label or _default_name(Path(path)), "checkpoint", path, policy or None)
+            )
+    names = [p.name for p in players]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise RunError(f"eval: two players are called {duplicates[0]!r}; label them (name=path)")
+    if len(players) < 2:
+        raise RunError(f"eval: name at least two players, got {len(players)}")
+    return players
+
+
+def _default_name(path: Path) -> str:
+    """``run/checkpoints/step_000010`` -> ``run@10``; ``run/checkpoints`` or ``run`` -> ``run``."""
+    parts = path.resolve().parts
+    if parts[-1].startswith("step_"):
+        run = parts[-3] if len(parts) >= 3 and parts[-2] == "checkpoints" else parts[-2]
+        return f"{run}@{int(parts[-1][5:])}"
+    return parts[-2] if parts[-1] == "checkpoints" else parts[-1]
+
+
+def _snapshot_name(path: Path) -> str:
+    """``run/league/snapshot_0.pt`` -> ``run@0``."""
+    parts = path.resolve().parts
+    step = path.stem.removeprefix("snapshot_")
+    return f"{parts[-3]}@{step}" if len(parts) >= 3 else path.stem
+
+
+def _load_snapshot_player(player: Player) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(model spec fields, weights) of a league snapshot: the model of ``<run>/config.yaml``."""
+    import torch
+    import yaml
+
+    path = Path(player.path)  # type: ignore[arg-type]
+    config_file = path.parent.parent / "config.yaml"
+    if not config_file.is_file():
+        raise RunError(
+            f"eval: {path} is not a league snapshot of a run: no {config_file} to read its "
+            "model from"
+        )
+    config = yaml.safe_load(config_file.read_text()) or {}
+    try:
+        weights = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - one line, not a trace
+        raise RunError(f"eval: cannot read the snapshot {path}: {exc}") from None
+    return dict(config.get("model") or {}), weights
+
+
+def _model_preset(preset: str) -> dict[str, Any]:
+    from importlib.resources import files
+
+    import yaml
+
+    folder = files("marl.configs") / "model"
+    entry = folder / f"{preset}.yaml"
+    if not entry.is_file():
+        known = sorted(e.name[:-5] for e in folder.iterdir() if e.name.endswith(".yaml"))
+        raise RunError(f"eval: unknown model preset {preset!r}; known: {', '.join(known)}")
+    return dict(yaml.safe_load(entry.read_text()) or {})
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _load_checkpoint_player(player: Player) -> tuple[dict[str, Any], dict[str, Any], dict]:
+    """(model spec fields, weights, the run's config) of a checkpoint player."""
+    from marl.checkpoint import load_checkpoint
+
+    state = load_checkpoint(player.path)  # type: ignore[arg-type]
+    policies = state.get("policies", {})
+    if player.policy is None:
+        if len(policies) != 1:
+            raise RunError(
+                f"eval: {player.path} holds policies {sorted(policies)}; pick one with "
+                f"{player.path}#<policy>"
+            )
+        player.policy = next(iter(policies))
+    if player.policy not in policies:
+        raise RunError(
+            f"eval: {player.path} has no policy {player.policy!r} (it has {sorted(policies)})"
+        )
+    policy = policies[player.policy]
+    if policy.get("kind", "full") != "full":
+        raise RunError(
+            f"eval: {player.path}#{player.policy} is a LoRA adapter; marl eval plays full-model "
+            "policies only"
+        )
+    config = state.get("config") or {}
+    model = dict(config.get("model") or {})
+    declared = (config.get("policies") or {}).get(player.policy) or {}
+    if declared.get("model"):
+        model = dict(declared["model"])
+    return model, policy["weights"], config
+
+
+def build_backends(players: Sequence[Player], backend: str = "hf") -> dict[str, Any]:
+    """One generation backend per model player (checkpoints loaded with their weights)."""
+    from marl.agents.backends import make_backend
+    from marl.agents.models import ModelSpec, load_model
+
+    backends = {}
+    for player in players:
+        if player.kind == "bot":
+            continue
+        if player.kind == "checkpoint":
+            fields, weights, _ = _load_checkpoint_player(player)
+        elif player.kind == "snapshot":
+            fields, weights = _load_snapshot_player(player)
+        else:
+            fields, weights = player.model, None
+        spec = ModelSpec(**fields)
+        model, tokenizer = load_model(spec)
+        if weights is not None:
+            _load_weights(model, weights, player)
+        backends[player.name] = make_backend(backend, model=model, tokenizer=tokenizer)
+    return backends
+
+
+def _load_weights(model: Any, weights: dict[str, Any], player: Player) -> None:
+    """Load a player's weights; a tied output layer may be missing (snapshots send it once)."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
+    if missing or unexpected:
+        shown = (missing or unexpected)[:3]
+        raise RunError(
+            f"eval: the weights of {player.name} ({player.path}) do not fit its model: "
+            f"{len(missing)} missing and {len(unexpected)} unexpected tensors, e.g. {shown}"
+        )
+    if tied:
+        model.tie_weights()
+
+
+# --------------------------------------------------------------------------- playing
+
+
+@dataclass
+class Episode:
+    """One played episode of a pairing: who sat where and what each agent got."""
+
+    row: str
+    col: str
+    seats: dict[str, str]  # agent -> player name
+    returns: dict[str, float]
+    success: float | None
+
+
+def crossplay(
+    players: Sequence[Player],
+    scenario: str,
+    overrides: dict[str, Any] | None = None,
+    *,
+    episodes: int = 20,
+    seed: int = 0,
+    sampling: Any = None,
+    response_prefix: bool = False,
+    mode: str = "auto",
+    backends: dict[str, Any] | None = None,
+) -> tuple[str, list[Episode]]:
+    """Play every pairing ``episodes`` times; returns the mode used and the episodes.
+
+    Competitive: unordered pairs of distinct players. Cooperative: every unordered pair and
+    every player with itself."""
+    from marl.agents.backends import SamplingConfig
+    from marl.rollout import EpisodeSlot, run_episodes
+    from marl.scenarios.registry import make
+
+    overrides = dict(overrides or {})
+    probe = make(scenario, **overrides)
+    agents = list(probe.possible_agents)
+    mode = _mode(mode, probe)
+    if backends is None:
+        backends = build_backends(players)
+    by_name = {p.name: p for p in players}
+    names = [p.name for p in players]
+    pairs = [
+        (names[i], names[j])
+        for i in range(len(names))
+        for j in range(i if mode == "cooperative" else i + 1, len(names))
+    ]
+    rng = random.Random(f"{seed}:crossplay")
+    scenario_seeds = [rng.randrange(2**31) for _ in range((episodes + 1) // 2)]
+    slots, meta = [], []
+    for pair_index, (row, col) in enumerate(pairs):
+        for k in range(episodes):
+            first, second = (row, col) if k % 2 == 0 else (col, row)
+            seats = {a: (first if n % 2 == 0 else second) for n, a in enumerate(agents)}
+            policies = {a: p for a, p in seats.items() if by_name[p].kind != "bot"}
+            bots = {a: by_name[p].bot for a, p in seats.items() if by_name[p].kind == "bot"}
+            slots.append(
+                EpisodeSlot(
+                    env=make(scenario, **overrides),
+                    seed=scenario_seeds[k // 2],
+                    group_id=pair_index,
+                    episode_id=len(slots),
+                    policies=policies,
+                    bots=bots,  # type: ignore[arg-type]
+                )
+            )
+            meta.append((row, col, seats))
+    if sampling is None:
+        sampling = SamplingConfig(max_new_tokens=48, temperature=1.0, top_p=1.0)
+
+    def nobody(agent: str) -> str:
+        raise RunError(f"eval: agent {agent!r} has no player (a bug: every seat is assigned)")
+
+    result = run_episodes(
+        slots,
+        backends,
+        nobody,
+        sampling,
+        seed=seed * 1_000_003 + 424_243,
+        response_prefix=response_prefix,
+    )
+    played = [
+        Episode(row, col, seats, dict(record.returns), record.success)
+        for (row, col, seats), record in zip(meta, result.episodes)
+    ]
+    return mode, played
+
+
+def _mode(mode: str, env: Any) -> str:
+    if mode not in ("auto", "competitive", "cooperative"):
+        raise RunError(f"eval: --mode {mode!r} is not one of auto, competitive, cooperative")
+    agents = len(env.possible_agents)
+    if mode == "competitive" and agents != 2:
+        raise RunError(f"eval: competitive mode needs two agents, {env.spec.name} has {agents}")
+    if mode != "auto":
+        return mode
+    return "competitive" if agents == 2 and env.spec.cooperation < 1.0 else "cooperative"
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def games_of(played: Sequence[Episode]) -> list[Game]:
+    """Each competitive episode as a game scored for ``row`` (1 win, 0.5 draw, 0 loss)."""
+    games = []
+    for ep in played:
+        mine = [a for a, p in ep.seats.items() if p == ep.row]
+        theirs = [a for a, p in ep.seats.items() if p == ep.col]
+        result = outcome(ep.returns[mine[0]], ep.returns[theirs[0]])
+        games.append(Game(ep.row, ep.col, score_of(result)))
+    return games
+
+
+def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[str, Any]]:
+    """One row per ordered pairing (row != col): games, wins, draws, losses, win rate with its
+    Wilson interval, and the score rate ``(wins + draws / 2) / games``."""
+    rows = []
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            scores = [g.score for g in games if g.a == a and g.b == b]
+            scores += [1.0 - g.score for g in games if g.a == b and g.b == a]
+            n = len(scores)
+            wins, draws = sum(s == 1.0 for s in scores), sum(s == 0.5 for s in scores)
+            lo, hi = wilson(wins / n, n) if n else (0.0, 1.0)
+            rows.append(
+                {
+                    "row": a,
+                    "col": b,
+                    "games": n,
+                    "wins": wins,
+                    "draws": draws,
+                    "losses": n - wins - draws,
+                    "win_rate": wins / n if n else float("nan"),
+                    "win_lo": lo,
+                    "win_hi": hi,
+                    "score": (wins + 0.5 * draws) / n if n else float("nan"),
+                }
+            )
+    return rows
+
+
+def cooperative_cells(names: Sequence[str], played: Sequence[Episode]) -> list[dict[str, Any]]:
+    """One row per ordered pairing (diagonal included, symmetric): the team's mean return with
+    a 95% t-interval, and the success rate with its Wilson interval when there is one."""
+    from marl.report import t95
+
+    rows = []
+    for a in names:
+        for b in names:
+            eps = [e for e in played if {e.row, e.col} == {a, b} and (a != b or e.row == e.col)]
+            team = [fmean(e.returns.values()) for e in eps]
+            n = len(team)
+            half = t95(n - 1) * stdev(team) / math.sqrt(n) if n > 1 else float("nan")
+            row = {
+                "row": a,
+                "col": b,
+                "games": n,
+                "team_return": fmean(team) if n else float("nan"),
+                "team_lo": fmean(team) - half if n else float("nan"),
+                "team_hi": fmean(team) + half if n else float("nan"),
+            }
+            successes = [e.success for e in eps]
+            if n and all(s is not None for s in successes):
+                rate = fmean(successes)  # type: ignore[arg-type]
+                lo, hi = wilson(rate, n)
+                row.update({"success": rate, "success_lo": lo, "success_hi": hi})
+            rows.append(row)
+    return rows
+
+
+def markdown(
+    mode: str,
+    names: Sequence[str],
+    cells: Sequence[dict[str, Any]],
+    ratings: dict[str, dict[str, float]] | None,
+    episodes: int,
+) -> str:
+    """The matrix (and the ratings) as Markdown."""
+    index = {(c["row"], c["col"]): c for c in cells}
+    lines = []
+    if mode == "competitive":
+        lines.append(
+            f"Win rate of the row player against the column player, {episodes} episodes per "
+            "pairing (seats alternate), 95% Wilson interval; draws in parentheses."
+        )
+    else:
+        lines.append(
+            f"Team return (mean of the agents' returns) of the row and column players as "
+            f"partners, {episodes} episodes per pairing, 95% t-interval; the diagonal is "
+            "self-play, the rest cross-play with held-out partners."
+        )
+    lines += ["", "| row \\ col | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for a in names:
+        row = []
+        for b in names:
+            c = index.get((a, b))
+            if c is None:
+                row.append("-")
+            elif mode == "competitive":
+                row.append(
+                    f"{c['win_rate']:.2f} [{c['win_lo']:.2f}, {c['win_hi']:.2f}] ({c['draws']} d)"
+                )
+            else:
+                text = f"{c['team_return']:+.2f} [{c['team_lo']:+.2f}, {c['team_hi']:+.2f}]"
+                if "success" in c:
+                    text += f", success {c['success']:.2f}"
+                row.append(text)
+        lines.append(f"| {a} | " + " | ".join(row) + " |")
+    if ratings:
+        lines += [
+            "",
+            "Bradley-Terry ratings on the Elo scale (maximum likelihood over every game, draws "
+            "as half a win), with bootstrap standard errors and 95% intervals:",
+            "",
+            "| player | Elo | se | 95% interval |",
+            "|---|---|---|---|",
+        ]
+        for name in sorted(ratings, key=lambda p: -ratings[p]["rating"]):
+            r = ratings[name]
+            lines.append(
+                f"| {name} | {r['rating']:.0f} | {r['se']:.0f} | [{r['lo']:.0f}, {r['hi']:.0f}] |"
+            )
+    return "\n".join(lines)
+
+
+def heatmap(path: Path, mode: str, names: Sequence[str], cells: Sequence[dict[str, Any]]) -> Path:
+    """A PNG heatmap of the matrix (win rate, or team return)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = "win_rate" if mode == "competitive" else "team_return"
+    index = {(c["row"], c["col"]): c for c in cells}
+    matrix = [
+        [index[(a, b)][key] if (a, b) in index else float("nan") for b in names] for a in names
+    ]
+    size = 2.0 + 0.9 * len(names)
+    figure, axes = plt.subplots(figsize=(size + 1.0, size))
+    if mode == "competitive":
+        image = axes.imshow(matrix, cmap="RdBu", vmin=0.0, vmax=1.0)
+    else:
+        image = axes.imshow(matrix, cmap="viridis")
+    axes.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    axes.set_yticks(range(len(names)), names)
+    axes.set_xlabel("column player")
+    axes.set_ylabel("row player")
+    axes.set_title("win rate of row vs column" if mode == "competitive" else "team return")
+    for i, row in enumerate(matrix):
+        for j, value in enumerate(row):
+            if not math.isnan(value):
+                axes.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
+    figure.colorbar(image, ax=axes)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def write_results(
+    out: Path,
+    mode: str,
+    players: Sequence[Player],
+    played: Sequence[Episode],
+    episodes: int,
+    *,
+    bootstrap: int = 200,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Write crossplay.{md,csv,png,json} under ``out``; returns the JSON payload."""
+    out.mkdir(parents=True, exist_ok=True)
+    names = [p.name for p in players]
+    ratings = None
+    if mode == "competitive":
+        games = games_of(played)
+        cells = competitive_cells(names, games)
+        anchor = next((p.name for p in players if p.kind == "bot" and p.bot == "random"), None)
+        ratings = bootstrap_ratings(games, names, samples=bootstrap, seed=seed, anchor=anchor)
+    else:
+        cells = cooperative_cells(names, played)
+    text = markdown(mode, names, cells, ratings, episodes)
+    (out / "crossplay.md").write_text(text + "\n")
+    with open(out / "crossplay.csv", "w", newline="") as f:
+        columns = list(dict.fromkeys(k for c in cells for k in c))
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(cells)
+    heatmap(out / "crossplay.png", mode, names, cells)
+    payload = {
+        "mode": mode,
+        "episodes_per_pairing": episodes,
+        "players": [asdict(p) for p in players],
+        "cells": cells,
+        "ratings": ratings,
+        "episodes": [asdict(e) for e in played],
+    }
+    (out / "crossplay.json").write_text(json.dumps(payload, indent=2) + "\n")
+    return payload
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(args: Sequence[str]) -> int:
+    """``marl eval``'s entry point (argument parsing, loading, playing, writing)."""
+    parser = argparse.ArgumentParser(
+        prog="marl eval",
+        description="Play checkpoints, model presets and bots against each other (cross-play); "
+        "write the matrix with 95%% intervals (Markdown, CSV, PNG) and Elo ratings.",
+    )
+    parser.add_argument(
+        "players",
+        nargs="+",
+        help="checkpoint paths ([name=]path[#policy]), league snapshots "
+        "(<run>/league/snapshot_<step>.pt), model:<preset>, or bots (random, rule, bot:<name>)",
+    )
+    parser.add_argument(
+        "--scenario", help="scenario name or YAML (default: the first checkpoint's)"
+    )
+    parser.add_argument("--episodes", type=int, default=20, help="episodes per pairing")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/eval", help="output directory")
+    parser.add_argument("--mode", default="auto", help="auto, competitive or cooperative")
+    parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples")
+    ns = parser.parse_args(args)
+    if ns.episodes < 1:
+        raise RunError(f"eval: --episodes must be >= 1, got {ns.episodes}")
+
+    from marl.agents.backends import SamplingConfig
+    from marl.scenarios.registry import make
+
+    run = _first_run_config(ns.players)
+    scenario = ns.scenario or (run.get("scenario") or {}).get("name")
+    if scenario is None:
+        raise RunError("eval: no --scenario given and no checkpoint to take it from")
+    overrides = {} if ns.scenario else dict((run.get("scenario") or {}).get("overrides") or {})
+    rules = make(scenario, **overrides).spec.rules
+    players = parse_players(ns.players, rules)
+    s = run.get("sampling") or {}
+    sampling = SamplingConfig(
+        max_new_tokens=ns.max_new_tokens or int(s.get("max_new_tokens", 48)),
+        temperature=ns.temperature if ns.temperature is not None else s.get("temperature", 1.0),
+        top_p=float(s.get("top_p", 1.0)),
+    )
+    mode, played = crossplay(
+        players,
+        scenario,
+        overrides,
+        episodes=ns.episodes,
+        seed=ns.seed,
+        sampling=sampling,
+        response_prefix=bool(s.get("response_prefix", False)),
+        mode=ns.mode,
+    )
+    out = Path(ns.out)
+    write_results(out, mode, players, played, ns.episodes, bootstrap=ns.bootstrap, seed=ns.seed)
+    print((out / "crossplay.md").read_text())
+    print(f"wrote {out / 'crossplay.md'}, crossplay.csv, crossplay.png, crossplay.json")
+    return 0
+
+
+def _first_run_config(specs: Sequence[str]) -> dict[str, Any]:
+    """The run config of the first spelling that is an existing checkpoint path; a spelling
+    that is a path (it holds a ``/``) but does not exist is refused, naming it."""
+    from marl.checkpoint import load_checkpoint
+
+    config = None
+    for spec in specs:
+        body = spec.rpartition("=")[2]
+        if body.startswith((BOT_PREFIX, MODEL_PREFIX)):
+            continue
+        path = body.partition("#")[0]
+        if Path(path).is_file() and path.endswith(".pt"):
+            continue
+        if Path(path).exists():
+            if config is None:
+                config = load_checkpoint(path).get("config") or {}
+        elif "/" in path:
+            raise RunError(f"eval: checkpoint not found: {path}")
+    return config or {}

@@ -1,0 +1,208 @@
+"""``marl eval``: players are parsed with errors that name them; pairings play seeded episodes
+with the seats alternating; every model generates once per round for all pairings at once; the
+competitive matrix is consistent (a's wins are b's losses) and the cooperative one has its
+diagonal; the CLI writes Markdown, CSV, PNG and JSON from real tiny-model checkpoints."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from marl.crossplay import (
+    Player,
+    build_backends,
+    competitive_cells,
+    crossplay,
+    games_of,
+    parse_players,
+    write_results,
+)
+from marl.errors import RunError
+
+
+def test_players_are_parsed_and_bad_ones_named(tmp_path: Path) -> None:
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    players = parse_players(
+        [str(tmp_path / "run"), "base=model:tiny", "random", "bot:rule"], "matrix"
+    )
+    assert [(p.name, p.kind) for p in players] == [
+        ("run", "checkpoint"),
+        ("base", "model"),
+        ("random", "bot"),
+        ("rule", "bot"),
+    ]
+    assert players[1].model["kind"] == "tiny"
+    with pytest.raises(RunError, match="checkpoint not found: nowhere/run"):
+        parse_players(["nowhere/run", "random"], "matrix")
+    with pytest.raises(RunError, match="unknown bot 'sneaky' for rules 'matrix'; known: random"):
+        parse_players(["bot:sneaky", "random"], "matrix")
+    with pytest.raises(RunError, match="unknown model preset 'huge'"):
+        parse_players(["model:huge", "random"], "matrix")
+    with pytest.raises(RunError, match="two players are called 'random'"):
+        parse_players(["random", "random"], "matrix")
+
+
+@pytest.mark.slow
+def test_bots_competitive_matrix_is_consistent(tmp_path: Path) -> None:
+    players = parse_players(["random", "rule"], "matrix")
+    mode, played = crossplay(players, "matching-pennies", episodes=8, seed=1)
+    assert mode == "competitive" and len(played) == 8
+    # seats alternate: the row player sits on alice in even episodes, on bob in odd ones
+    assert [e.seats["alice"] for e in played] == ["random", "rule"] * 4
+    games = games_of(played)
+    cells = {(c["row"], c["col"]): c for c in competitive_cells(["random", "rule"], games)}
+    ab, ba = cells[("random", "rule")], cells[("rule", "random")]
+    assert ab["games"] == ba["games"] == 8
+    assert (ab["wins"], ab["draws"], ab["losses"]) == (ba["losses"], ba["draws"], ba["wins"])
+    assert ab["win_lo"] <= ab["win_rate"] <= ab["win_hi"]
+    # every episode's returns decide it: the rule bot as bob plays heads until alice strays
+    for e in played:
+        assert sum(e.returns.values()) == pytest.approx(0.0)  # zero-sum, no malformed bots
+    again = crossplay(players, "matching-pennies", episodes=8, seed=1)[1]
+    assert [e.returns for e in again] == [e.returns for e in played]
+    payload = write_results(tmp_path, mode, players, played, 8, bootstrap=20)
+    assert payload["ratings"]["random"]["rating"] == pytest.approx(1000.0)  # the anchor
+    for name in ("crossplay.md", "crossplay.csv", "crossplay.png", "crossplay.json"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_cooperative_mode_pairs_held_out_partners(tmp_path: Path) -> None:
+    players = parse_players(["random", "rule"], "signal")
+    mode, played = crossplay(players, "signal", episodes=4, seed=0)
+    assert mode == "cooperative"
+    pairs = {(e.row, e.col) for e in played}
+    assert pairs == {("random", "random"), ("random", "rule"), ("rule", "rule")}
+    payload = write_results(tmp_path, mode, players, played, 4)
+    cells = {(c["row"], c["col"]): c for c in payload["cells"]}
+    assert cells[("rule", "rule")]["success"] == 1.0  # rule bots solve signal together
+    assert cells[("random", "rule")]["team_return"] == cells[("rule", "random")]["team_return"]
+    assert payload["ratings"] is None
+
+
+class _Counting:
+    """A real backend that counts its generate calls."""
+
+    def __init__(self, inner) -> None:  # noqa: ANN001
+        self.inner, self.calls, self.rows = inner, 0, 0
+        self.tokenizer = inner.tokenizer
+
+    def generate(self, prompts, sampling, adapters=None, seed=None):  # noqa: ANN001, ANN201
+        self.calls += 1
+        self.rows += len(prompts)
+        return self.inner.generate(prompts, sampling, adapters=adapters, seed=seed)
+
+
+def test_a_league_snapshot_is_the_runs_initial_model(tmp_path: Path) -> None:
+    import torch
+    import yaml
+
+    from marl.agents.models import ModelSpec, load_model
+
+    model, _ = load_model(ModelSpec(kind="tiny", seed=4))
+    (tmp_path / "run" / "league").mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump({"model": {"kind": "tiny"}}))
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied
+    torch.save(state, tmp_path / "run" / "league" / "snapshot_0.pt")
+    (player,) = parse_players([str(tmp_path / "run" / "league" / "snapshot_0.pt"), "random"])[:1]
+    assert (player.name, player.kind) == ("run@0", "snapshot")
+    loaded = build_backends([player])["run@0"].model  # built with seed 0, then loaded
+    for name, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+    (tmp_path / "run" / "config.yaml").unlink()
+    with pytest.raises(RunError, match="no .*config.yaml"):
+        build_backends([player])
+
+
+@pytest.mark.slow
+def test_generation_is_batched_over_every_pairing() -> None:
+    from marl.agents.backends import SamplingConfig
+
+    players = [
+        Player("a", "model", model={"kind": "tiny", "seed": 1}),
+        Player("b", "model", model={"kind": "tiny", "seed": 2}),
+        Player("random", "bot", bot="random"),
+    ]
+    backends = {k: _Counting(v) for k, v in build_backends(players).items()}
+    _, played = crossplay(
+        players,
+        "matching-pennies",
+        episodes=4,
+        seed=0,
+        sampling=SamplingConfig(max_new_tokens=6),
+        backends=backends,  # type: ignore[arg-type]
+    )
+    assert len(played) == 3 * 4  # three pairings
+    rounds = 3  # matching-pennies: three stages, one action round each
+    assert backends["a"].calls == backends["b"].calls == rounds  # one call per model per round
+    # a plays 8 episodes (vs b, vs random), one seat each, every round
+    assert backends["a"].rows == 8 * rounds
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_cli_eval_on_trained_checkpoints(tmp_path: Path) -> None:
+    marl = str(Path(sys.executable).with_name("marl"))
+    for seed in (0, 1):
+        done = subprocess.run(
+            [
+                marl,
+                "train",
+                "model=tiny",
+                "scenario=matching_pennies",
+                "league=pool",
+                "train.steps=2",
+                "train.group_size=2",
+                "sampling.max_new_tokens=6",
+                "logging.progress=false",
+                f"seed={seed}",
+                f"hydra.run.dir={tmp_path / f'seed{seed}'}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "eval"
+    done = subprocess.run(
+        [
+            marl,
+            "eval",
+            str(tmp_path / "seed0"),
+            f"late={tmp_path / 'seed1' / 'checkpoints'}",
+            "model:tiny",
+            f"init={tmp_path / 'seed0' / 'league' / 'snapshot_0.pt'}",
+            "random",
+            "rule",
+            "--episodes",
+            "4",
+            "--bootstrap",
+            "20",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| seed0 |" in done.stdout and "Bradley-Terry" in done.stdout
+    with open(out / "crossplay.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 6 * 5  # ordered pairs of distinct players
+    payload = json.loads((out / "crossplay.json").read_text())
+    assert set(payload["ratings"]) == {"seed0", "late", "tiny", "init", "random", "rule"}
+    assert len(payload["episodes"]) == 15 * 4
+    assert (out / "crossplay.png").read_bytes()[:4] == b"\x89PNG"
+    bad = subprocess.run(
+        [marl, "eval", str(tmp_path / "seed0"), str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert f"checkpoint not found: {tmp_path / 'missing'}" in bad.stderr
