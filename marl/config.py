@@ -189,6 +189,8 @@ class AlgoConfig(UpdateSettings):
         _positive("algo.max_grad_norm", self.max_grad_norm)
         _positive("algo.epochs", self.epochs)
         _positive("algo.minibatch_size", self.minibatch_size)
+        if self.microbatch_size is not None:
+            _positive("algo.microbatch_size", self.microbatch_size)
         _positive("algo.max_nonfinite_updates", self.max_nonfinite_updates)
 
 
