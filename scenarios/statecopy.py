@@ -8,9 +8,10 @@ directly and gives the same result as ``copy.deepcopy``: a sub-object reached tw
 once (aliasing and cycles are kept), immutable atoms and tuples of them are shared, and nothing
 of the copy is shared with the original that ``deepcopy`` would have copied. Anything else (a
 class with its own ``__deepcopy__``, ``__reduce__``, ``__getstate__``, ``__slots__``, a dict
-subclass, a graph) goes to ``copy.deepcopy`` with the same memo, so it is copied exactly as
-before. The one visible difference: a ``frozenset`` whose members are all atoms is returned
-as is instead of rebuilt (it cannot change, so only ``is`` can tell).
+subclass other than ``collections.Counter``, a graph) goes to ``copy.deepcopy`` with the same
+memo, so it is copied exactly as before. The one visible difference: a ``frozenset`` whose
+members are all atoms is returned as is instead of rebuilt (it cannot change, so only ``is``
+can tell).
 
 ``random.Random`` generators are cloned through ``getstate``/``setstate`` on an instance made
 without seeding: ``deepcopy`` builds ``Random()``, which reads the OS entropy pool, only to
