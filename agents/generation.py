@@ -17,6 +17,12 @@ policy (seeded ``seed + 1_000_003 * k`` for the k-th continuation), so a round c
 ``1 + calls`` calls per policy. A reply makes at most the sum of its tools' ``calls`` calls
 (a ``CALL`` line past that is left as text), and generates at most ``max_new_tokens`` tokens in
 all, tool output not counted.
+
+Policies that are views of one shared base backend (a LoRA adapter per agent, or a frozen
+copy, on one base model: a backend with ``base`` and ``adapter`` attributes, such as
+:class:`marl.policies.AdapterBackend`) generate together: their rows go to the base in ONE call,
+each row naming its policy's adapter. N agents with an adapter each then cost one call per
+round (plus one per tool continuation), not N, and every agent's turns share the batch.
 """
 
 from __future__ import annotations
@@ -85,6 +91,8 @@ class _Row:
     """One sample being generated, possibly over several calls (tool use)."""
 
     owner: int
+    policy: str
+    adapter: str | None
     prompt: list[int]
     tools: ToolBox | None
     response: list[int] = field(default_factory=list)
@@ -118,7 +126,8 @@ def generate_by_policy(
     it; ``policies[k]``, when given and not None, names request k's policy instead (the same
     agent may play different policies in different episodes: a league opponent, cross-play).
     Rows of one policy keep the requests' order; ``sampling.n`` is ignored (each request says
-    its own ``n``, as repeated rows).
+    its own ``n``, as repeated rows). Views of one base backend share each call (module
+    docstring), so the count is per distinct generating backend and tool continuation.
     """
     out: list[list[Reply]] = [[] for _ in requests]
     by_policy: dict[str, list[int]] = {}
@@ -128,37 +137,50 @@ def generate_by_policy(
         chosen = policies[k] if policies is not None else None
         by_policy.setdefault(chosen or policy_of(request.agent), []).append(k)
     one = replace(sampling, n=1)
+    # policies in sorted order; views of one base backend join the call of the first of them
+    targets: dict[int, tuple[PolicyBackend, list[str]]] = {}
+    for policy in sorted(by_policy):
+        backend, _ = _target(backends[policy])
+        targets.setdefault(id(backend), (backend, []))[1].append(policy)
     calls = 0
-    for policy, indices in sorted(by_policy.items()):
-        tokenizer = backends[policy].tokenizer
+    for backend, group in targets.values():
         rows: list[_Row] = []
-        for k in indices:
-            request = requests[k]
-            ids = prompt_ids(
-                tokenizer, request.system_prompt, request.observation, max_prompt_tokens
-            )
-            head = response_head(request.info) if response_prefix else ""
-            ids = ids + head_ids(tokenizer, head)
-            for _ in range(request.n):  # each sample keeps its own count of tool calls
-                rows.append(_Row(k, ids, ToolBox.from_info(request.info), text=head))
+        for policy in group:
+            tokenizer = backends[policy].tokenizer
+            _, adapter = _target(backends[policy])
+            for k in by_policy[policy]:
+                request = requests[k]
+                ids = prompt_ids(
+                    tokenizer, request.system_prompt, request.observation, max_prompt_tokens
+                )
+                head = response_head(request.info) if response_prefix else ""
+                ids = ids + head_ids(tokenizer, head)
+                for _ in range(request.n):  # each sample keeps its own count of tool calls
+                    tools = ToolBox.from_info(request.info)
+                    rows.append(_Row(k, policy, adapter, ids, tools, text=head))
         pending = rows
         for attempt in range(1 + max((r.tools.max_calls for r in rows if r.tools), default=0)):
             if not pending:
                 break
             budget = max(one.max_new_tokens - r.generated for r in pending)
-            generations = backends[policy].generate(
-                [r.prompt + r.response for r in pending],
-                replace(one, max_new_tokens=budget),
-                seed=seed + CONTINUATION_SEED_STRIDE * attempt,
-            )
+            prompts = [r.prompt + r.response for r in pending]
+            settings = replace(one, max_new_tokens=budget)
+            attempt_seed = seed + CONTINUATION_SEED_STRIDE * attempt
+            if len(group) == 1:  # a policy of its own: its backend, as it routes its rows
+                generations = backends[group[0]].generate(prompts, settings, seed=attempt_seed)
+            else:
+                adapters = [r.adapter for r in pending]
+                generations = backend.generate(
+                    prompts, settings, adapters=adapters, seed=attempt_seed  # type: ignore[call-arg]
+                )
             calls += 1
             for row, options in zip(pending, generations):
-                _absorb(row, options[0], tokenizer, one.max_new_tokens)
+                _absorb(row, options[0], backends[row.policy].tokenizer, one.max_new_tokens)
             pending = [r for r in pending if not r.done]
         for row in rows:
             out[row.owner].append(
                 Reply(
-                    policy_id=policy,
+                    policy_id=row.policy,
                     prompt_ids=list(row.prompt),
                     text=row.text,
                     response_ids=row.response,
@@ -171,6 +193,16 @@ def generate_by_policy(
                 )
             )
     return out, calls
+
+
+def _target(backend: PolicyBackend) -> tuple[PolicyBackend, str | None]:
+    """The backend that really generates for ``backend``, and the adapter its rows use: a view
+    of a shared base (``base`` and ``adapter`` attributes) names its base; any other backend is
+    its own target (adapter ``None``: its rows as it routes them)."""
+    base = getattr(backend, "base", None)
+    if base is not None and hasattr(backend, "adapter"):
+        return base, backend.adapter  # type: ignore[attr-defined]
+    return backend, None
 
 
 def _absorb(row: _Row, gen: Generation, tokenizer: Any, max_new_tokens: int) -> None:

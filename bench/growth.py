@@ -18,12 +18,22 @@ Each point is measured ``--rounds`` times, the points taking turns; the table gi
 shows the platform's own per-turn cost and how it scales.
 
     nice -n 19 .venv/bin/python bench/growth.py                  # BENCH_QUICK=1: shorter
+
+``--model tiny`` times LLM turns instead: the real tiny test model (``model.kind=tiny``, HF
+backend, 1 thread) generates every reply, and the agents sweep runs once per way of mapping
+agents to policies: ``shared`` (one policy: every agent's turns in one call per round),
+``lora`` (an adapter per agent on one base: since issue 10 also one call per round, each row
+under its agent's adapter) and ``lora-separate`` (the same adapters, one call per adapter per
+round: how ``lora`` ran before). Writes ``bench/results/growth_llm.json``.
+
+    OMP_NUM_THREADS=1 nice -n 19 taskset -c 1 .venv/bin/python bench/growth.py --model tiny
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -104,6 +114,125 @@ def seconds_per_turn(
     return (time.perf_counter() - began) / max(1, turns)
 
 
+class OwnCall:
+    """A policy's backend without the ``base`` attribute of an adapter view, so
+    :func:`marl.agents.generation.generate_by_policy` gives it a generate call of its own (how
+    per-agent adapters ran before they were batched together)."""
+
+    def __init__(self, view: Any) -> None:
+        self.view = view
+        self.tokenizer = view.tokenizer
+
+    def generate(self, prompts: Any, sampling: Any, adapters: Any = None, seed: Any = None) -> Any:
+        """The view's own call."""
+        return self.view.generate(prompts, sampling, adapters=adapters, seed=seed)
+
+
+def llm_policies(mode: str, agents: int) -> tuple[dict[str, Any], Any]:
+    """Backends (the tiny model) and ``policy_of`` for ``agents`` agents under ``mode``."""
+    from marl.config import load_config
+    from marl.policies import InferencePolicies
+    from marl.policy_map import plan_for
+
+    names = [f"p{i}" for i in range(agents)]
+    sharing = "shared" if mode == "shared" else "lora"
+    loaded = load_config(
+        {
+            "scenario": {"name": SCENARIO, "overrides": {"agents": names}},
+            "model": {"kind": "tiny"},
+            "sharing": sharing,
+        }
+    )
+    plan = plan_for(loaded)
+    backends = dict(InferencePolicies(plan, loaded).backends)
+    if mode == "lora-separate":
+        backends = {pid: OwnCall(b) for pid, b in backends.items()}
+    owner = {a: pid for pid, spec in plan.policies.items() for a in spec.agents}
+    return backends, owner.__getitem__
+
+
+def llm_seconds_per_turn(mode: str, agents: int, envs: int, episodes: int, seed: int = 0) -> float:
+    """Wall seconds per agent turn of ``episodes`` batches of ``envs`` environments, the tiny
+    model generating (16 new tokens a reply); building the policies is not timed. The share
+    of that time spent in the environments' ``reset`` and ``step`` goes to ``ENV_SHARE``."""
+    backends, policy_of = llm_policies(mode, agents)
+    names = [f"p{i}" for i in range(agents)]
+    sampling = SamplingConfig(max_new_tokens=16)
+    turns = 0
+    in_env = [0.0]  # seconds inside the environments' reset and step (environment + protocol)
+
+    def timed(method: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                in_env[0] += time.perf_counter() - began
+
+        return call
+
+    began = time.perf_counter()
+    for batch in range(episodes):
+        slots = [
+            EpisodeSlot(marl.make(SCENARIO, agents=names), seed + batch * envs + i, i, i)
+            for i in range(envs)
+        ]
+        for slot in slots:
+            slot.env.reset, slot.env.step = timed(slot.env.reset), timed(slot.env.step)
+        result = run_episodes(slots, backends, policy_of, sampling, seed)
+        turns += len(result.turns)
+    wall = time.perf_counter() - began
+    ENV_SHARE.setdefault(f"{mode}/{agents}", []).append(in_env[0] / wall)
+    return wall / max(1, turns)
+
+
+ENV_SHARE: dict[str, list[float]] = {}  # point -> share of its wall time in reset/step, per run
+
+
+def llm_main(args: argparse.Namespace) -> None:
+    """The ``--model tiny`` sweep (see the module docstring)."""
+    import torch
+
+    torch.set_num_threads(1)
+    state = machine()
+    rounds_per_episode = marl.make(SCENARIO).spec.rounds
+    modes = ("shared", "lora", "lora-separate")
+    points = {
+        f"{mode}/{n}": (
+            lambda mode=mode, n=n: llm_seconds_per_turn(
+                mode, n, args.envs, max(1, round(args.turns / (n * args.envs * rounds_per_episode)))
+            )
+        )
+        for mode in modes
+        for n in args.agents
+    }
+    measured = alternate(points, args.rounds)
+    state["load_average_after"] = machine()["load_average"]
+    summary = []
+    lo, hi = min(args.agents), max(args.agents)
+    for mode in modes:
+        for n in args.agents:
+            r = measured[f"{mode}/{n}"]
+            summary.append(
+                row(f"{mode}: {n} agents, per turn", r["median"] * 1e3, "ms",
+                    f"min {r['min'] * 1e3:.2f}")
+            )
+        ratio = measured[f"{mode}/{hi}"]["median"] / measured[f"{mode}/{lo}"]["median"]
+        summary.append(row(f"{mode}: {hi} vs {lo} agents", ratio, "x",
+                           f"goal <= 0.4: {'met' if ratio <= 0.4 else 'NOT met'}"))
+    for n in args.agents:
+        ratio = measured[f"lora-separate/{n}"]["median"] / measured[f"lora/{n}"]["median"]
+        summary.append(row(f"lora, {n} agents: one call per adapter vs one call", ratio, "x"))
+    shares = [v for values in ENV_SHARE.values() for v in values]
+    summary.append(row("environment + protocol share of the wall time", max(shares) * 100, "%",
+                       f"largest over all points; median {statistics.median(shares) * 100:.2f}%"
+                       " (goal < 1%)"))
+    summary.append(row("load average at start", state["load_average"][0], "",
+                       f"after {state['load_average_after'][0]:.2f}; {args.envs} envs"))
+    write("growth_llm", {"args": vars(args), "results": measured, "env_share": ENV_SHARE,
+                         "machine": state}, summary)
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
     """Seconds per agent turn against agents and against parallel environments."""
     import matplotlib
@@ -151,7 +280,12 @@ def main() -> None:
                    help="about this many agent turns per point")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokenizer", choices=("tiny", "embedded"), default="tiny")
+    p.add_argument("--model", choices=("scripted", "tiny"), default="scripted",
+                   help="tiny: LLM turns of the tiny test model (module docstring)")
     args = p.parse_args()
+    if args.model == "tiny":
+        llm_main(args)
+        return
     tokenizer = _tokenizer(args.tokenizer)
     state = machine()
     rounds_per_episode = marl.make(SCENARIO).spec.rounds

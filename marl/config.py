@@ -449,6 +449,10 @@ class RuntimeSettings:
              (``os.sched_getaffinity``), or ``OMP_NUM_THREADS`` when set. A library call of
              ``marl.train.train`` applies only an explicit value. When the load average at
              start is above the core count, one line warns that the machine is oversubscribed.
+             Ray actors (``ray.enabled``) each run their reserved CPUs
+             (``ray.learner_num_cpus``, ``ray.worker_num_cpus``; at least 1) capped by this
+             value, in torch and in OMP_NUM_THREADS / MKL_NUM_THREADS
+             (:func:`marl.threads.actor_threads`).
     """
 
     threads: int | None = None

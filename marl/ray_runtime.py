@@ -36,6 +36,7 @@ nodes the run needs first.)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,7 @@ from marl.errors import RunError, remote_cause
 from marl.policies import PolicyLearner
 from marl.policy_map import PolicyPlan, assign_gpus
 from marl.rollout import RolloutResult
+from marl.threads import actor_threads, configure_threads, thread_env
 from marl.workers import RolloutWorker, split_groups
 
 
@@ -65,16 +67,29 @@ def _actor_device() -> str | None:
 
 
 def _where() -> dict[str, Any]:
+    import torch
+
     return {
         "node_id": ray.get_runtime_context().get_node_id(),
         "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+        "torch_threads": torch.get_num_threads(),
+        "thread_env": {k: os.environ.get(k) for k in thread_env(1)},
     }
 
 
-class LearnerActor(PolicyLearner):
-    """A :class:`PolicyLearner` in its own actor, on the device its bundle reserved."""
+def _actor_options(threads: int | None, num_cpus: float) -> tuple[int, dict[str, Any]]:
+    """An actor's torch threads (:func:`marl.threads.actor_threads`) and the ``runtime_env``
+    that starts OpenMP and MKL with the same count."""
+    count = actor_threads(threads, num_cpus)
+    return count, {"env_vars": thread_env(count)}
 
-    def __init__(self, spec: Any, config: Config) -> None:
+
+class LearnerActor(PolicyLearner):
+    """A :class:`PolicyLearner` in its own actor, on the device its bundle reserved, with
+    ``threads`` torch threads (set before the model is built)."""
+
+    def __init__(self, spec: Any, config: Config, threads: int = 1) -> None:
+        configure_threads(threads, stream=None)
         super().__init__(spec, config, device=_actor_device())
 
     def info(self) -> dict[str, Any]:
@@ -83,9 +98,13 @@ class LearnerActor(PolicyLearner):
 
 
 class WorkerActor(RolloutWorker):
-    """A :class:`RolloutWorker` in its own actor."""
+    """A :class:`RolloutWorker` in its own actor, with ``threads`` torch threads (set before
+    the models are built)."""
 
-    def __init__(self, config: Config, plan: PolicyPlan | None, index: int) -> None:
+    def __init__(
+        self, config: Config, plan: PolicyPlan | None, index: int, threads: int = 1
+    ) -> None:
+        configure_threads(threads, stream=None)
         super().__init__(config, plan, index=index, device=_actor_device())
 
     def load_many(self, *payloads: Any) -> dict[str, int]:
@@ -317,6 +336,7 @@ class RayRuntime:
                 f"ray.placement_timeout_s={s.placement_timeout_s:g}s; the cluster has "
                 f"{ray.cluster_resources()}"
             ) from None
+        threads, runtime_env = _actor_options(self.config.runtime.threads, s.learner_num_cpus)
         for index, pid in enumerate(ids):
             strategy = PlacementGroupSchedulingStrategy(
                 placement_group=self._pg, placement_group_bundle_index=index
@@ -326,13 +346,18 @@ class RayRuntime:
                 num_gpus=self.requests[pid],
                 scheduling_strategy=strategy,
                 max_restarts=0,
-            ).remote(plan.policies[pid], self.config)
+                runtime_env=runtime_env,
+            ).remote(plan.policies[pid], self.config, threads)
 
     def _new_worker(self, index: int) -> Any:
         s = self.settings
+        threads, runtime_env = _actor_options(self.config.runtime.threads, s.worker_num_cpus)
         return _WorkerRemote.options(
-            num_cpus=s.worker_num_cpus, num_gpus=s.worker_num_gpus, max_restarts=0
-        ).remote(self.config, self.plan, index)
+            num_cpus=s.worker_num_cpus,
+            num_gpus=s.worker_num_gpus,
+            max_restarts=0,
+            runtime_env=runtime_env,
+        ).remote(self.config, self.plan, index, threads)
 
     # ------------------------------------------------------------------ worker calls
 

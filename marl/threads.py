@@ -7,6 +7,14 @@ on (``os.sched_getaffinity``, so a ``taskset`` or container CPU limit counts), o
 other processes already want the cores: one line warns that the run will be slow and its
 timings noisy. Measured here (docs/benchmarks.md): two torch threads on a busy 2-core machine
 ran 4 to 6 times slower than one.
+
+Ray actors (``ray.enabled=true``) each set their own: :func:`actor_threads` gives a rollout
+worker or a learner ``runtime.threads``, but never more than the CPUs it reserved
+(``ray.worker_num_cpus``, ``ray.learner_num_cpus``; at least 1). The actor gets the same count in
+``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` through its ``runtime_env`` (:func:`thread_env`), so
+OpenMP and MKL start with it, and calls ``torch.set_num_threads`` before it builds a model. The
+actors on a node then ask for at most the CPUs Ray hands out there: the learners and the rollout
+never fight over cores.
 """
 
 from __future__ import annotations
@@ -16,11 +24,17 @@ import sys
 from typing import TextIO
 
 __all__ = [
+    "THREAD_ENV_VARS",
+    "actor_threads",
     "available_cores",
     "configure_threads",
     "default_threads",
     "oversubscription_warning",
+    "thread_env",
 ]
+
+# what OpenMP and MKL read at start-up (torch's intra-op pool follows OMP_NUM_THREADS)
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def available_cores() -> int:
@@ -64,3 +78,16 @@ def configure_threads(threads: int | None, stream: TextIO | None = sys.stderr) -
         if message:
             print(message, file=stream)
     return count
+
+
+def actor_threads(threads: int | None, num_cpus: float) -> int:
+    """Torch threads for a Ray actor that reserved ``num_cpus`` CPUs: ``threads``
+    (``runtime.threads``; ``None`` = as many as it reserved), capped at the whole CPUs it
+    reserved, and at least 1 (a fractional or zero reservation runs one thread)."""
+    reserved = max(1, int(num_cpus))
+    return reserved if threads is None else max(1, min(int(threads), reserved))
+
+
+def thread_env(count: int) -> dict[str, str]:
+    """The environment variables that make OpenMP and MKL start with ``count`` threads."""
+    return dict.fromkeys(THREAD_ENV_VARS, str(count))

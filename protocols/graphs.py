@@ -29,10 +29,13 @@ TopologyFn = Callable[[Sequence[str], "GraphSpec", random.Random], nx.DiGraph]
 
 @dataclass(frozen=True)
 class Topology:
-    """A registered topology: its builder and the dataclass of its own parameters (or None)."""
+    """A registered topology: its builder, the dataclass of its own parameters (or None), and
+    whether the builder draws from its ``rng`` (``seeded``): a topology that does not gives one
+    graph for every episode and round, which an environment builds once."""
 
     build: TopologyFn
     params: type | None = None
+    seeded: bool = True
 
 
 TOPOLOGIES: Registry[str, Topology] = Registry("topology")
@@ -64,17 +67,20 @@ class GraphSpec:
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
-def register_topology(name: str, params: type | None = None) -> Callable[[TopologyFn], TopologyFn]:
+def register_topology(
+    name: str, params: type | None = None, *, seeded: bool = True
+) -> Callable[[TopologyFn], TopologyFn]:
     """Register a topology builder under ``name``; duplicate names are refused.
 
     ``params``: a dataclass (every field with a default) of the parameters the topology reads
-    from ``spec.params``; None = it takes none.
+    from ``spec.params``; None = it takes none. ``seeded=False`` declares that the builder never
+    draws from its ``rng``, so its graph is the same in every episode (then built once).
     """
     if params is not None and not dataclasses.is_dataclass(params):
         raise TypeError(f"topology {name!r}: params must be a dataclass")
 
     def decorator(fn: TopologyFn) -> TopologyFn:
-        TOPOLOGIES.add(name, Topology(fn, params))
+        TOPOLOGIES.add(name, Topology(fn, params, seeded))
         return fn
 
     return decorator
@@ -92,25 +98,25 @@ def _finish(agents: Sequence[str], edges: list[tuple[str, str]], directed: bool)
     return graph
 
 
-@register_topology("complete")
+@register_topology("complete", seeded=False)
 def _complete(agents: Sequence[str], spec: GraphSpec, rng: random.Random) -> nx.DiGraph:
     return _finish(agents, [(u, v) for u in agents for v in agents if u != v], True)
 
 
-@register_topology("ring")
+@register_topology("ring", seeded=False)
 def _ring(agents: Sequence[str], spec: GraphSpec, rng: random.Random) -> nx.DiGraph:
     n = len(agents)
     edges = [(agents[i], agents[(i + 1) % n]) for i in range(n)] if n > 1 else []
     return _finish(agents, edges, spec.directed)
 
 
-@register_topology("line")
+@register_topology("line", seeded=False)
 def _line(agents: Sequence[str], spec: GraphSpec, rng: random.Random) -> nx.DiGraph:
     edges = [(agents[i], agents[i + 1]) for i in range(len(agents) - 1)]
     return _finish(agents, edges, spec.directed)
 
 
-@register_topology("star")
+@register_topology("star", seeded=False)
 def _star(agents: Sequence[str], spec: GraphSpec, rng: random.Random) -> nx.DiGraph:
     hub = spec.center or agents[0]
     return _finish(agents, [(hub, a) for a in agents if a != hub], spec.directed)
@@ -130,13 +136,13 @@ def _random(agents: Sequence[str], spec: GraphSpec, rng: random.Random) -> nx.Di
     return _finish(agents, edges, spec.directed)
 
 
-@register_topology("empty")
+@register_topology("empty", seeded=False)
 def _empty(agents: Sequence[str], spec: GraphSpec, rng: random.Random) -> nx.DiGraph:
     """No edges: nobody can message anybody (games whose only channel is the game itself)."""
     return _finish(agents, [], True)
 
 
-@register_topology("explicit")
+@register_topology("explicit", seeded=False)
 def _explicit(agents: Sequence[str], spec: GraphSpec, rng: random.Random) -> nx.DiGraph:
     return _finish(agents, [tuple(e) for e in spec.edges], spec.directed)
 
@@ -154,6 +160,21 @@ def build_graph(
     base_seed = spec.seed if spec.seed is not None else episode_seed
     rng = random.Random(f"{base_seed}:{epoch}")
     return topology.build(list(agents), spec, rng)
+
+
+def depends_on_seed(spec: GraphSpec) -> bool:
+    """Whether :func:`build_graph` may give different graphs for different episode seeds or
+    rounds; False when the topology is not ``seeded`` or its seed is fixed and it never
+    rewires."""
+    topology = TOPOLOGIES.lookup(spec.topology, key="graph.topology")
+    return topology.seeded and (spec.seed is None or spec.rewire_every > 0)
+
+
+def rewires_at(spec: GraphSpec, round: int) -> bool:
+    """Whether the graph of ``round`` may differ from the graph of the round before it (a
+    ``random`` graph with ``rewire_every > 0`` starting a new epoch); :func:`build_graph` gives
+    the same graph for every round of one epoch."""
+    return spec.rewire_every > 0 and round > 0 and round % spec.rewire_every == 0
 
 
 def edge_list(graph: nx.DiGraph) -> list[tuple[str, str]]:

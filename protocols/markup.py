@@ -56,6 +56,8 @@ class ParsedCompletion:
 
 def sanitize(text: str) -> str:
     """Drop control and format characters (keeping newlines and tabs) and strip the ends."""
+    if text.isprintable():  # no character of category C at all: nothing to drop (fast path)
+        return text.strip()
     kept = []
     for ch in text:
         if ch in "\n\t":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
@@ -49,6 +51,21 @@ class Router:
         self.noise = noise or ChannelNoise()
         self.counts: Counter[str] = Counter()  # "sent", "delivered", violation kinds, "noise_*"
         self.edge_counts: Counter[tuple[str, str]] = Counter()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Router:
+        """A copy with its own counters (what ``copy.deepcopy`` gives, without its generic
+        machinery: the budget and the noise are frozen numbers, and the counters map strings and
+        name pairs to ints, so they are copied shallowly)."""
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        for key, value in self.__dict__.items():
+            if key in ("budget", "noise"):
+                clone.__dict__[key] = value
+            elif key in ("counts", "edge_counts"):
+                clone.__dict__[key] = Counter(value)
+            else:  # an attribute a subclass added: copied the general way
+                clone.__dict__[key] = copy.deepcopy(value, memo)
+        return clone
 
     def route(
         self,

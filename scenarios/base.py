@@ -10,17 +10,16 @@ counterfactual branch replays exactly.
 
 from __future__ import annotations
 
-import copy
 import functools
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
 from pettingzoo import ParallelEnv
 
-from marl.protocols.graphs import build_graph
+from marl.protocols.graphs import build_graph, depends_on_seed, rewires_at
 from marl.protocols.markup import IDLE_REPLY, SAY_FORM, markup_instructions, parse_completion
 from marl.protocols.messages import Message, Violation
 from marl.protocols.router import Router
@@ -28,6 +27,7 @@ from marl.protocols.tools import tool_instructions
 from marl.scenarios.rules import RULES, RoundResult, Rules
 from marl.scenarios.spaces import AnyText
 from marl.scenarios.spec import ScenarioSpec
+from marl.scenarios.statecopy import copy_random, deep_copy
 
 MAX_OBSERVATION_CHARS = 100_000
 MAX_ACTION_CHARS = 20_000
@@ -68,37 +68,30 @@ class EpisodeState:
     done: bool = False
 
 
-def _copy_random(rng: random.Random) -> random.Random:
-    """An independent generator in the same state (faster than ``deepcopy``)."""
-    clone = random.Random()
-    clone.setstate(rng.getstate())
-    return clone
-
-
 def _working_copy(state: EpisodeState) -> EpisodeState:
     """A copy of ``state`` that a step may mutate without touching ``state``.
 
-    Everything a step changes is copied: the rules and the router (deep), the channel RNG, and
-    the containers it appends to. What it only replaces (the graph) or never changes after
-    creation (messages, turn logs) is shared.
+    Everything a step changes is copied: the rules and the router (deep, with
+    :func:`~marl.scenarios.statecopy.deep_copy`, which gives what ``copy.deepcopy`` gives), the
+    channel RNG when the channel is noisy (a quiet channel never draws from it), and the
+    containers it appends to. What it only replaces (the graph) or never changes after creation
+    (messages, turn logs) is shared.
     """
-    rules = state.rules
-    memo: dict[int, Any] = {}
-    if isinstance(getattr(rules, "rng", None), random.Random):
-        memo[id(rules.rng)] = _copy_random(rules.rng)
-    return replace(
-        state,
-        rules=copy.deepcopy(rules, memo),
-        router=copy.deepcopy(state.router),
-        channel_rng=_copy_random(state.channel_rng),
-        inbox={a: list(v) for a, v in state.inbox.items()},
-        outbox={a: list(v) for a, v in state.outbox.items()},
-        notices={a: list(v) for a, v in state.notices.items()},
-        returns=dict(state.returns),
-        malformed=dict(state.malformed),
-        public_events=list(state.public_events),
-        log=list(state.log),
-    )
+    router = state.router
+    work = object.__new__(EpisodeState)
+    work.__dict__.update(state.__dict__)  # every field, shared; then the ones a step changes:
+    work.rules = deep_copy(state.rules)
+    work.router = deep_copy(router)
+    if router is not None and router.noise.active:
+        work.channel_rng = copy_random(state.channel_rng)
+    work.inbox = {a: list(v) for a, v in state.inbox.items()}
+    work.outbox = {a: list(v) for a, v in state.outbox.items()}
+    work.notices = {a: list(v) for a, v in state.notices.items()}
+    work.returns = dict(state.returns)
+    work.malformed = dict(state.malformed)
+    work.public_events = list(state.public_events)
+    work.log = list(state.log)
+    return work
 
 
 class TextScenarioEnv(ParallelEnv):
@@ -116,7 +109,12 @@ class TextScenarioEnv(ParallelEnv):
         self.agents: list[str] = []
         self.rules_cls = RULES[spec.rules]
         self._state = EpisodeState()
-        self._next_seed = random.Random().randrange(2**31)
+        self._next_seed_value: int | None = random.Random().randrange(2**31)
+        self._last_seed = 0
+        # the graph of a topology that ignores the seed, built once and frozen (see _graph)
+        self._fixed_graph: nx.DiGraph | None = None
+        # a quiet channel never draws from its generator: one unseeded generator serves them all
+        self._quiet_rng = random.Random(0)
 
     # --- spaces ------------------------------------------------------------------------------
     @functools.cache  # noqa: B019 - PettingZoo requires the same object back
@@ -130,6 +128,17 @@ class TextScenarioEnv(ParallelEnv):
         return AnyText(MAX_ACTION_CHARS)
 
     # --- properties --------------------------------------------------------------------------
+    @property
+    def _next_seed(self) -> int:
+        """The seed ``reset()`` without a seed uses: drawn from the previous episode's seed."""
+        if self._next_seed_value is None:
+            self._next_seed_value = random.Random(f"{self._last_seed}:next").randrange(2**31)
+        return self._next_seed_value
+
+    @_next_seed.setter
+    def _next_seed(self, value: int) -> None:
+        self._next_seed_value = value
+
     @property
     def round(self) -> int:
         """The round about to be played (0-based)."""
@@ -180,18 +189,19 @@ class TextScenarioEnv(ParallelEnv):
         if seed is None:
             seed = self._next_seed
         seed = int(seed)
-        self._next_seed = random.Random(f"{seed}:next").randrange(2**31)
+        self._last_seed, self._next_seed_value = seed, None  # drawn from it when needed
         rules = self.rules_cls(
             self.possible_agents, self.spec.params, random.Random(f"{seed}:rules")
         )
         rules.reset()
+        noisy = self.spec.noise.active
         self._state = EpisodeState(
             seed=seed,
             agents=list(self.possible_agents),
             rules=rules,
-            channel_rng=random.Random(f"{seed}:channel"),
+            channel_rng=random.Random(f"{seed}:channel") if noisy else self._quiet_rng,
             router=Router(self.spec.budget, self.spec.noise),
-            graph=build_graph(self.possible_agents, self.spec.graph, seed, 0),
+            graph=self._graph(seed, 0),
             inbox={a: [] for a in self.possible_agents},
             outbox={a: [] for a in self.possible_agents},
             notices={a: [] for a in self.possible_agents},
@@ -199,7 +209,8 @@ class TextScenarioEnv(ParallelEnv):
             malformed=dict.fromkeys(self.possible_agents, 0),
         )
         self.agents = list(self.possible_agents)
-        return self._observations(), self._infos()
+        contacts = self._contacts()
+        return self._observations(contacts), self._infos(contacts)
 
     def step(
         self, actions: dict[str, Any]
@@ -228,37 +239,41 @@ class TextScenarioEnv(ParallelEnv):
     ) -> tuple[dict[str, str], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]]:
         """The body of :meth:`step`, free to mutate ``self._state`` (a working copy)."""
         state = self._state
+        rules, router, spec = state.rules, state.router, self.spec
+        assert rules is not None and router is not None
         rnd = state.round
+        agents = self.agents
         parsed = {}
         turn_logs: dict[str, TurnLog] = {}
         new_notices: dict[str, list[str]] = {a: [] for a in self.possible_agents}
         deliveries: list[Message] = []
-        for agent in self.agents:  # fixed agent order keeps the channel RNG deterministic
+        needs = {a: rules.needs_action(a, rnd) for a in agents}
+        free = self.rules_cls.info.free_text_action
+        for agent in agents:  # fixed agent order keeps the channel RNG deterministic
             completion = actions.get(agent, "")
-            needs = self.rules.needs_action(agent, rnd)
-            free = self.rules_cls.info.free_text_action
-            result = parse_completion(completion, require_action=needs and not free)
+            result = parse_completion(completion, require_action=needs[agent] and not free)
             if free and result.action is None:
                 result.action = result.free_text
-            elif needs and result.action is None and self.spec.lenient_actions:
+            elif needs[agent] and result.action is None and spec.lenient_actions:
                 # a weak model's answer in prose still counts; the missing ACTION line stays a
                 # malformed reply (penalty and counter), so the format is still learned
                 result.action = result.free_text or None
             parsed[agent] = result
             outgoing = result.messages
-            if outgoing and not self.rules.can_talk(agent, rnd):
-                self.router.counts["muted"] += len(outgoing)
-                new_notices[agent].append(
+            notices = new_notices[agent]
+            if outgoing and not rules.can_talk(agent, rnd):
+                router.counts["muted"] += len(outgoing)
+                notices.append(
                     f"[round {rnd}] Nobody can hear you this round; your message was dropped."
                 )
                 outgoing = []
-            delivered, violations = self.router.route(
+            delivered, violations = router.route(
                 state.graph, agent, outgoing, rnd, state.channel_rng
             )
             deliveries += delivered
-            new_notices[agent] += [v.notice() for v in violations]
+            notices += [v.notice() for v in violations]
             if result.errors:
-                new_notices[agent].append(
+                notices.append(
                     f"[round {rnd}] Your reply was malformed: {'; '.join(result.errors)}."
                 )
             turn_logs[agent] = TurnLog(
@@ -275,35 +290,31 @@ class TextScenarioEnv(ParallelEnv):
             for receiver in message.receivers:
                 state.inbox[receiver].append(message)
 
-        act = {
-            a: (parsed[a].action if self.rules.needs_action(a, rnd) else None) for a in self.agents
-        }
-        last_round = rnd + 1 >= self.spec.rounds
-        outcome = self.rules.step(act, rnd, last_round)
+        act = {a: (parsed[a].action if needs[a] else None) for a in agents}
+        last_round = rnd + 1 >= spec.rounds
+        outcome = rules.step(act, rnd, last_round)
         for agent, reason in outcome.invalid.items():
             if agent in turn_logs:
                 turn_logs[agent].invalid_action = reason
                 new_notices[agent].append(f"[round {rnd}] Your action was not valid: {reason}")
         rewards = self._mix_rewards(outcome)
-        for agent in self.agents:
-            bad = bool(parsed[agent].errors) or agent in outcome.invalid
-            if bad:
+        for agent in agents:
+            if parsed[agent].errors or agent in outcome.invalid:
                 state.malformed[agent] += 1
-                rewards[agent] += self.spec.malformed_penalty
+                rewards[agent] += spec.malformed_penalty
             state.returns[agent] += rewards[agent]
             state.notices[agent] += new_notices[agent]
         state.public_events += outcome.public_events
-        state.log += [turn_logs[a] for a in self.agents]
+        state.log += [turn_logs[a] for a in agents]
 
         state.round += 1
-        state.done = outcome.done or state.round >= self.spec.rounds
-        if not state.done:
-            state.graph = build_graph(
-                self.possible_agents, self.spec.graph, state.seed, state.round
-            )
-        observations = self._observations()
-        infos = self._infos()
-        live = list(self.agents)
+        state.done = outcome.done or state.round >= spec.rounds
+        if not state.done and rewires_at(spec.graph, state.round):
+            state.graph = self._graph(state.seed, state.round)
+        contacts = self._contacts()
+        observations = self._observations(contacts)
+        infos = self._infos(contacts)
+        live = list(agents)
         terminations = dict.fromkeys(live, state.done)
         truncations = dict.fromkeys(live, False)
         if state.done:
@@ -325,20 +336,44 @@ class TextScenarioEnv(ParallelEnv):
         """The public state as text (the global view PettingZoo's ``state()`` asks for)."""
         return self.rules.public_state()
 
+    def _graph(self, seed: int, round: int) -> nx.DiGraph:
+        """The communication graph of ``round`` in the episode seeded ``seed``, frozen (it is
+        shared by the rounds of an epoch, and by every episode when the topology ignores the
+        seed: nobody may change it in place)."""
+        if self._fixed_graph is not None:
+            return self._fixed_graph
+        graph = nx.freeze(build_graph(self.possible_agents, self.spec.graph, seed, round))
+        if not depends_on_seed(self.spec.graph):
+            self._fixed_graph = graph
+        return graph
+
     # --- snapshots ---------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        """A deep copy of the whole episode state, random generators included."""
+        """A deep copy of the whole episode state, random generators included.
+
+        A frozen graph (every graph this class builds) cannot change, so it is shared rather
+        than copied.
+        """
         return {
-            "state": copy.deepcopy(self._state),
+            "state": self._copy_state(self._state),
             "agents": list(self.agents),
-            "next_seed": self._next_seed,
+            "next_seed": self._next_seed_value,
+            "last_seed": self._last_seed,
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Return to a snapshot; the snapshot stays reusable."""
-        self._state = copy.deepcopy(snapshot["state"])
+        self._state = self._copy_state(snapshot["state"])
         self.agents = list(snapshot["agents"])
-        self._next_seed = snapshot["next_seed"]
+        self._next_seed_value = snapshot["next_seed"]
+        self._last_seed = snapshot.get("last_seed", self._last_seed)
+
+    @staticmethod
+    def _copy_state(state: EpisodeState) -> EpisodeState:
+        memo: dict[int, Any] = {}
+        if nx.is_frozen(state.graph):
+            memo[id(state.graph)] = state.graph
+        return deep_copy(state, memo)
 
     # --- prompts and observations ------------------------------------------------------------
     def neighbours(self, agent: str) -> list[str]:
@@ -362,7 +397,9 @@ class TextScenarioEnv(ParallelEnv):
         parts.append(tool_instructions(self.spec.tools))
         return "\n\n".join(p for p in parts if p)
 
-    def _observation(self, agent: str) -> str:
+    def _observation(self, agent: str, public: str, neighbours: list[str]) -> str:
+        """``agent``'s observation; ``public`` is the rules' public state and ``neighbours`` the
+        agent's contacts this round (both computed once for all agents)."""
         state = self._state
         rules = self.rules
         lines = [f"You are {agent}."]
@@ -373,7 +410,6 @@ class TextScenarioEnv(ParallelEnv):
         private = rules.private_info(agent)
         if private:
             lines.append(f"Private information: {private}")
-        public = rules.public_state()
         if public:
             lines.append(f"Public state: {public}")
         if state.public_events:
@@ -394,7 +430,6 @@ class TextScenarioEnv(ParallelEnv):
             lines.append("Notices:")
             lines += [f"  {n}" for n in state.notices[agent][-5:]]
         if not state.done:
-            neighbours = self.neighbours(agent)
             lines.append(f"You can message: {', '.join(neighbours) if neighbours else 'nobody'}.")
             lines.append(self._instruction(agent, neighbours))
         return "\n".join(lines)[:MAX_OBSERVATION_CHARS]
@@ -419,22 +454,37 @@ class TextScenarioEnv(ParallelEnv):
             return f"Your turn to talk. Reply with one line: {talk}."
         return f"Nothing to do this round. Reply `{IDLE_REPLY}`."
 
-    def _observations(self) -> dict[str, str]:
-        return {a: self._observation(a) for a in self.possible_agents if a in self._live()}
+    def _contacts(self) -> dict[str, list[str]]:
+        """Every live agent's :meth:`neighbours`, in live order (observations and infos share
+        them)."""
+        return {agent: self.neighbours(agent) for agent in self._live()}
+
+    def _observations(self, contacts: dict[str, list[str]] | None = None) -> dict[str, str]:
+        if contacts is None:
+            contacts = self._contacts()
+        public = self.rules.public_state()  # what everybody sees: rendered once per round
+        return {
+            a: self._observation(a, public, contacts[a])
+            for a in self.possible_agents
+            if a in contacts
+        }
 
     def _live(self) -> list[str]:
         return self.agents if self.agents else self.possible_agents
 
-    def _infos(self) -> dict[str, dict]:
+    def _infos(self, contacts: dict[str, list[str]] | None = None) -> dict[str, dict]:
+        if contacts is None:
+            contacts = self._contacts()
         state = self._state
+        rules = self.rules
         infos = {}
-        for agent in self._live():
+        for agent, neighbours in contacts.items():
             infos[agent] = {
                 "round": state.round,
-                "needs_action": (not state.done) and self.rules.needs_action(agent, state.round),
-                "neighbours": self.neighbours(agent),
+                "needs_action": (not state.done) and rules.needs_action(agent, state.round),
+                "neighbours": neighbours,
                 "malformed": state.malformed[agent],
-                **self.rules.agent_info(agent),
+                **rules.agent_info(agent),
             }
             if self.spec.tools and not state.done:
                 infos[agent]["tools"] = self._tools(agent)

@@ -87,6 +87,7 @@ class MatrixRules(Rules):
         self.actions = actions
         self.history: list[dict[str, str]] = []
         self._team_best = self.team_best()
+        self._table = self._table_text()  # constant: the table and the players never change
 
     # --- the table ---------------------------------------------------------------------------
     def payoff(self, joint: Mapping[str, str]) -> list[float]:
@@ -142,7 +143,7 @@ class MatrixRules(Rules):
         values = {
             "agent": agent,
             "actions": ", ".join(self.actions[agent]),
-            "payoffs": self._table_text(),
+            "payoffs": self._table,
         }
         text = render_private(self.params.private, agent, values)
         return text if text is not None else f"Your actions: {values['actions']}."
@@ -152,7 +153,7 @@ class MatrixRules(Rules):
         stage = min(len(self.history) + 1, self.params.repeats)
         choices = "; ".join(f"{a}: {', '.join(self.actions[a])}" for a in self.agents)
         text = (
-            f"Each player picks one action at the same time ({choices}). {self._table_text()}. "
+            f"Each player picks one action at the same time ({choices}). {self._table}. "
             f"Stage {stage} of {self.params.repeats}."
         )
         if self.history:

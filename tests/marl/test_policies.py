@@ -302,3 +302,53 @@ def test_scripted_agents_train_loop_plays_without_a_model(tmp_path: Path) -> Non
 def test_schema_defaults_keep_a_single_shared_policy() -> None:
     plan = plan_for(Config())
     assert list(plan.policies) == ["shared"] and plan.trainable == ["shared"]
+
+
+# --------------------------------------------------------------------------- batched adapters
+
+
+def test_lora_agents_on_one_base_generate_in_one_call_with_their_own_adapters() -> None:
+    """Four agents with an adapter each (sharing=lora) reach the base model in ONE generate call
+    per round, each row under its agent's adapter, and get what a call of their own gives."""
+    from marl.agents.backends import SamplingConfig
+    from marl.agents.generation import PromptRequest, generate_by_policy
+    from marl.policies import InferencePolicies
+
+    loaded = load_config(config(sharing="lora"))
+    plan = plan_for(loaded)
+    policies = InferencePolicies(plan, loaded)
+    backends = policies.backends
+    assert len(backends) == 4
+    (base,) = {id(b.base): b.base for b in backends.values()}.values()
+    generator = torch.Generator().manual_seed(0)
+    for name, param in base.model.named_parameters():  # distinct adapters (fresh ones are no-ops)
+        if "lora_B" in name:
+            param.data.normal_(0.0, 0.5, generator=generator)
+    calls: list[list[str | None]] = []
+    real = base.generate
+
+    def spy(prompts, sampling, adapters=None, seed=None):  # noqa: ANN001, ANN202
+        calls.append(list(adapters) if adapters is not None else [None] * len(prompts))
+        return real(prompts, sampling, adapters=adapters, seed=seed)
+
+    base.generate = spy
+    policy_of = {a: pid for pid, spec in plan.policies.items() for a in spec.agents}.__getitem__
+    first = "Round 1. Reply with ACTION: and a word."
+    requests = [PromptRequest(a, "Play.", first) for a in AGENTS]
+    requests += [PromptRequest(a, "Play.", f"You are {a}. Round 2.") for a in AGENTS]
+    greedy = SamplingConfig(max_new_tokens=6, temperature=0.0)
+    together, count = generate_by_policy(backends, policy_of, requests, greedy, seed=5)
+    assert count == 1 and len(calls) == 1
+    adapters = {backends[policy_of(a)].adapter for a in AGENTS}
+    assert len(adapters) == 4 and sorted(calls[0]) == sorted(
+        backends[policy_of(r.agent)].adapter for r in requests
+    )
+    calls.clear()
+    for k, request in enumerate(requests):  # each request alone, through its policy's view
+        (alone,), _ = generate_by_policy(backends, policy_of, [request], greedy, seed=5)
+        assert alone[0].policy_id == together[k][0].policy_id == policy_of(request.agent)
+        assert alone[0].response_ids == together[k][0].response_ids, request
+        assert alone[0].prompt_ids == together[k][0].prompt_ids
+    assert len(calls) == len(requests)
+    # the adapters really differ: one prompt, four agents, more than one answer
+    assert len({tuple(together[k][0].response_ids) for k in range(len(AGENTS))}) > 1

@@ -132,7 +132,18 @@ def test_new_weights_reach_the_rollout_side_before_the_next_rollout(runtime) -> 
 
 def test_independent_learners_update_concurrently(runtime) -> None:
     loaded, rt = runtime
-    rt.update(_step(loaded, rt, 1).turns)
+    # a step that gives every learner something to learn (a group with unequal returns): an
+    # update whose advantages are all zero is over at once and cannot overlap anything
+    for step in range(1, 8):
+        rollout = _step(loaded, rt, step)
+        if all(
+            any(t.advantage != 0 for t in rollout.turns if t.policy_id == pid)
+            for pid in rt.learners
+        ):
+            break
+    else:
+        pytest.fail("no step in 1..7 gave every learner a nonzero advantage")
+    rt.update(rollout.turns)
     windows = [info["update_window"] for info in rt.placement()["learners"].values()]
     (s1, e1), (s2, e2) = windows
     assert s1 < e2 and s2 < e1, f"update windows do not overlap: {windows}"

@@ -15,10 +15,12 @@ import torch
 
 from marl.config import ConfigError, load_config
 from marl.threads import (
+    actor_threads,
     available_cores,
     configure_threads,
     default_threads,
     oversubscription_warning,
+    thread_env,
 )
 
 
@@ -111,3 +113,27 @@ def test_marl_train_refuses_a_bad_thread_count(tmp_path: Path) -> None:
     done = _marl(["train", "runtime.threads=0", "train.steps=0"], tmp_path)
     assert done.returncode == 2
     assert "runtime.threads" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("threads", "num_cpus", "expected"),
+    [
+        (None, 1, 1),
+        (None, 2, 2),
+        (None, 2.5, 2),  # whole CPUs only
+        (None, 0.25, 1),  # a fraction of a CPU (the tests' Ray presets) runs one thread
+        (None, 0, 1),  # ray.worker_num_cpus may be 0
+        (1, 4, 1),  # runtime.threads caps the reservation
+        (3, 2, 2),  # ... and never raises it
+        (2, 0.5, 1),
+        (4, 4, 4),
+    ],
+)
+def test_an_actor_runs_its_reserved_cpus_capped_by_runtime_threads(
+    threads: int | None, num_cpus: float, expected: int
+) -> None:
+    assert actor_threads(threads, num_cpus) == expected
+    assert thread_env(expected) == {
+        "OMP_NUM_THREADS": str(expected),
+        "MKL_NUM_THREADS": str(expected),
+    }

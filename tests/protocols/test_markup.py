@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+import unicodedata
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,7 @@ from marl.protocols.markup import (
     ParsedCompletion,
     markup_instructions,
     parse_completion,
+    sanitize,
 )
 from marl.scenarios.rules import RULES
 
@@ -207,3 +209,16 @@ def test_env_step_with_arbitrary_text_never_raises(envs: dict, name: str, seed: 
             if needs[agent] and not free_text and not parsed.action:
                 assert env.malformed[agent] == before[agent] + 1
     assert all(math.isfinite(r) for r in env.returns.values())
+
+
+def _sanitize_by_category(text: str) -> str:
+    """The definition :func:`sanitize` implements (its fast path must agree with it)."""
+    kept = [ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C"]
+    return "".join(kept).strip()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from("\t\n\x00\u200b\u2028 ")))
+def test_sanitize_drops_exactly_the_control_and_format_characters(text: str) -> None:
+    assert sanitize(text) == _sanitize_by_category(text)
+    assert sanitize(" plain text ") == "plain text"
