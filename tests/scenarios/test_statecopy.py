@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -129,6 +130,8 @@ def mutable_ids(obj: Any, skip: tuple[type, ...] = ()) -> dict[int, Any]:
     def walk(x: Any) -> None:
         if isinstance(x, ATOMS) or isinstance(x, skip) or id(x) in found or frozen_numbers(x):
             return
+        if isinstance(x, (enum.Enum, type)):
+            return  # enum members and classes are singletons: deepcopy shares them too
         if not isinstance(x, (tuple, frozenset)):
             found[id(x)] = x
         if isinstance(x, dict):
