@@ -13,12 +13,15 @@ import math
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = RESULTS.parent.parent
 
 
 def quick() -> bool:
@@ -133,3 +136,21 @@ def save_experiment(
     (out / "table.md").write_text(text + "\n")
     plot(out / "curves.png")
     print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
+
+
+def run_marl(args: Sequence[str], threads: int, what: str, log: Path | None = None) -> float:
+    """``marl <args>`` in a subprocess with ``OMP_NUM_THREADS=threads``, its output kept in
+    ``log`` when given; exits with the output's tail and ``what`` when it fails. Returns the
+    wall time in seconds."""
+    cmd = [str(ROOT / ".venv/bin/marl"), *args]
+    print(f"  $ marl {' '.join(args)}", flush=True)
+    began = time.time()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if log is not None:
+        log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
+        where = f"; log: {log}" if log is not None else ""
+        raise SystemExit(f"{what} failed (rc {proc.returncode}){where}")
+    return time.time() - began

@@ -25,16 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interval, read_scalars, save_experiment  # noqa: E402  (bench helpers)
+from common import interval, read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUCCESS = "team/success"
@@ -58,13 +55,7 @@ def condition_args(name: str, warmup_steps: int) -> list[str]:
 
 def marl_train(run_dir: Path, overrides: list[str], threads: int) -> None:
     """``marl train --config-name demo <overrides>`` in a subprocess; exits on failure."""
-    cmd = [str(ROOT / ".venv/bin/marl"), "train", "--config-name", "demo", *overrides]
-    print(f"  $ marl {' '.join(cmd[1:])}", flush=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
-        raise SystemExit(f"marl train failed in {run_dir} (rc {proc.returncode})")
+    run_marl(["train", "--config-name", "demo", *overrides], threads, f"marl train in {run_dir}")
 
 
 def held_out(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
@@ -106,8 +97,7 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     """One ``marl train`` run; returns its scalar curves."""
     run_dir = out / name / f"seed{seed}"
     steps = 1 if name == "rule_warmup" else args.steps
-    cmd = [
-        str(ROOT / ".venv/bin/marl"),
+    overrides = [
         "train",
         "--config-name",
         "demo",
@@ -119,15 +109,10 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
         *condition_args(name, args.warmup_steps),
         *args.extra,
     ]
-    began = time.time()
-    print(f"[{name} seed {seed}] {' '.join(cmd[1:])}", flush=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
-        raise SystemExit(f"run {name} seed {seed} failed (rc {proc.returncode})")
+    print(f"[{name} seed {seed}]", flush=True)
+    wall = run_marl(overrides, args.threads, f"run {name} seed {seed}")
     curves = read_scalars(run_dir / "tensorboard")
-    curves["wall_s"] = time.time() - began
+    curves["wall_s"] = wall
     if args.eval_episodes:
         curves.update(held_out(name, seed, args, out))
     print(

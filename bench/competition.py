@@ -25,15 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interval, read_scalars, save_experiment  # noqa: E402  (bench helpers)
+from common import interval, read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 OPPONENTS = {
@@ -50,14 +48,7 @@ SMOLLM2 = [  # the settings of configs/demo.yaml that fit SmolLM2 on this CPU
 
 def marl(args: list[str], threads: int, log: Path) -> None:
     """``marl <args>`` in a subprocess (output to ``log``); exits on failure."""
-    cmd = [str(ROOT / ".venv/bin/marl"), *args]
-    print(f"  $ marl {' '.join(args)}", flush=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
-        raise SystemExit(f"marl {args[0]} failed (rc {proc.returncode}); log: {log}")
+    run_marl(args, threads, f"marl {args[0]}", log)
 
 
 def train(seed: int, args: argparse.Namespace, out: Path) -> dict:

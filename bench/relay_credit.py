@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interval, read_scalars, save_experiment  # noqa: E402  (bench helpers)
+from common import interval, read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 REWARD = "team/reward"
@@ -57,6 +54,9 @@ def train_args(method: str, seed: int, args: argparse.Namespace, run_dir: Path) 
         "sampling.response_prefix=true",
         f"algo.lr={args.lr}",
         "algo.minibatch_size=32",
+        # 8 turns per forward/backward pass: one pass over 32 turns of 300-token prompts held
+        # 15 GB and was OOM-killed on this 24 GB machine (same gradient, docs/benchmarks.md)
+        "algo.microbatch_size=8",
         f"train.steps={args.steps}",
         f"train.seeds_per_step={args.seeds_per_step}",
         f"train.group_size={args.group_size}",
@@ -89,15 +89,10 @@ def warmup_args(args: argparse.Namespace) -> list[str]:
 def run(method: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     """One training run; returns its scalar curves and wall time."""
     run_dir = out / method / f"seed{seed}"
-    cmd = [str(ROOT / ".venv/bin/marl"), "train", *train_args(method, seed, args, run_dir)]
-    print(f"[{method} seed {seed}] {' '.join(cmd[1:])}", flush=True)
-    began = time.time()
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
-        raise SystemExit(f"run {method} seed {seed} failed (rc {proc.returncode})")
-    (run_dir / "wall_s.json").write_text(json.dumps(time.time() - began))
+    print(f"[{method} seed {seed}]", flush=True)
+    overrides = ["train", *train_args(method, seed, args, run_dir)]
+    wall = run_marl(overrides, args.threads, f"run {method} seed {seed}")
+    (run_dir / "wall_s.json").write_text(json.dumps(wall))
     curves = load(run_dir)
     digits = [DIGITS * v for v in curves.get(REWARD, [])]
     print(f"[{method} seed {seed}] {curves['wall_s']:.0f} s; digits per step "

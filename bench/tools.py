@@ -26,15 +26,12 @@ subprocess (``marl train``), so a run's memory is freed before the next starts.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interval, read_scalars, save_experiment  # noqa: E402  (bench helpers)
+from common import interval, read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUCCESS = "team/success"
@@ -67,8 +64,7 @@ def base_args(args: argparse.Namespace) -> list[str]:
 def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     """One ``marl train`` run; returns its scalar curves and wall time."""
     run_dir = out / name / f"seed{seed}"
-    cmd = [
-        str(ROOT / ".venv/bin/marl"),
+    overrides = [
         "train",
         "--config-name",
         "demo",
@@ -79,15 +75,10 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
         *condition_args(name, args.warmup_steps),
         *args.extra,
     ]
-    began = time.time()
-    print(f"[{name} seed {seed}] {' '.join(cmd[1:])}", flush=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
-        raise SystemExit(f"run {name} seed {seed} failed (rc {proc.returncode})")
+    print(f"[{name} seed {seed}]", flush=True)
+    wall = run_marl(overrides, args.threads, f"run {name} seed {seed}")
     curves = read_scalars(run_dir / "tensorboard")
-    curves["wall_s"] = time.time() - began
+    curves["wall_s"] = wall
     print(
         f"[{name} seed {seed}] {curves['wall_s']:.0f} s; success per step "
         f"{[round(v, 2) for v in curves.get(SUCCESS, [])]}; tool calls per turn "
