@@ -88,7 +88,6 @@ AdvantageFn = Callable[..., torch.Tensor]
 
 ADVANTAGES: Registry[str, AdvantageFn] = Registry("advantage estimator")
 SCOPES = ("group", "turn", "role")
-_SCOPE: dict[str, str] = {}  # estimator name -> its scope
 
 
 def register_advantage(name: str, scope: str = "group") -> Callable[[AdvantageFn], AdvantageFn]:
@@ -105,8 +104,8 @@ def register_advantage(name: str, scope: str = "group") -> Callable[[AdvantageFn
     add = ADVANTAGES.register(name)
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
-        add(fn)
-        _SCOPE[name] = scope
+        add(fn)  # refuses a taken name before anything is marked
+        fn.scope = scope  # type: ignore[attr-defined]  # read back by advantage_scope
         return fn
 
     return decorator
@@ -114,8 +113,7 @@ def register_advantage(name: str, scope: str = "group") -> Callable[[AdvantageFn
 
 def advantage_scope(name: str) -> str:
     """The scope ``name`` was registered with (``group``, ``turn`` or ``role``)."""
-    get_advantage(name)
-    return _SCOPE.get(name, "group")
+    return getattr(get_advantage(name), "scope", "group")
 
 
 def list_advantages() -> list[str]:

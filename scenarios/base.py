@@ -109,8 +109,7 @@ class TextScenarioEnv(ParallelEnv):
         self.agents: list[str] = []
         self.rules_cls = RULES[spec.rules]
         self._state = EpisodeState()
-        self._next_seed_value: int | None = random.Random().randrange(2**31)
-        self._last_seed = 0
+        self._next_seed = random.Random().randrange(2**31)
         # the graph of a topology that ignores the seed, built once and frozen (see _graph)
         self._fixed_graph: nx.DiGraph | None = None
         # a quiet channel never draws from its generator: one unseeded generator serves them all
@@ -128,17 +127,6 @@ class TextScenarioEnv(ParallelEnv):
         return AnyText(MAX_ACTION_CHARS)
 
     # --- properties --------------------------------------------------------------------------
-    @property
-    def _next_seed(self) -> int:
-        """The seed ``reset()`` without a seed uses: drawn from the previous episode's seed."""
-        if self._next_seed_value is None:
-            self._next_seed_value = random.Random(f"{self._last_seed}:next").randrange(2**31)
-        return self._next_seed_value
-
-    @_next_seed.setter
-    def _next_seed(self, value: int) -> None:
-        self._next_seed_value = value
-
     @property
     def round(self) -> int:
         """The round about to be played (0-based)."""
@@ -189,7 +177,7 @@ class TextScenarioEnv(ParallelEnv):
         if seed is None:
             seed = self._next_seed
         seed = int(seed)
-        self._last_seed, self._next_seed_value = seed, None  # drawn from it when needed
+        self._next_seed = random.Random(f"{seed}:next").randrange(2**31)
         rules = self.rules_cls(
             self.possible_agents, self.spec.params, random.Random(f"{seed}:rules")
         )
@@ -357,16 +345,14 @@ class TextScenarioEnv(ParallelEnv):
         return {
             "state": self._copy_state(self._state),
             "agents": list(self.agents),
-            "next_seed": self._next_seed_value,
-            "last_seed": self._last_seed,
+            "next_seed": self._next_seed,
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Return to a snapshot; the snapshot stays reusable."""
         self._state = self._copy_state(snapshot["state"])
         self.agents = list(snapshot["agents"])
-        self._next_seed_value = snapshot["next_seed"]
-        self._last_seed = snapshot.get("last_seed", self._last_seed)
+        self._next_seed = snapshot["next_seed"]
 
     @staticmethod
     def _copy_state(state: EpisodeState) -> EpisodeState:
