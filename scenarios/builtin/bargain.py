@@ -37,7 +37,7 @@ from typing import Any
 
 from marl.scenarios.bots import register_bot
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem
+from marl.scenarios.spec import Problem, short
 
 # a whole number standing alone: not part of a word or a decimal ("x2", "1.5"), but it may end a
 # sentence ("... 1.")
@@ -125,7 +125,7 @@ class BargainRules(Rules):
             value = getattr(p, key)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 problems.append(
-                    Problem(key, f"must be a whole number from {low} to {high}, got {value!r}")
+                    Problem(key, f"must be a whole number from {low} to {high}, got {short(value)}")
                 )
         return problems
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from marl.scenarios.bots import register_bot
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem
+from marl.scenarios.spec import Problem, short
 from marl.scenarios.zero_sum import pick_word
 
 CARDS = ["J", "Q", "K"]  # index = rank
@@ -79,7 +79,7 @@ class KuhnPokerRules(Rules):
             value = getattr(p, key)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
                 problems.append(
-                    Problem(key, f"must be a whole number from 1 to 1000, got {value!r}")
+                    Problem(key, f"must be a whole number from 1 to 1000, got {short(value)}")
                 )
         if not isinstance(p.table_talk, bool):
             problems.append(Problem("table_talk", "must be true or false"))

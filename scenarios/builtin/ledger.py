@@ -23,7 +23,7 @@ from typing import Any
 from marl.protocols.tools import ToolBox, scripted_call
 from marl.scenarios.bots import register_bot
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem
+from marl.scenarios.spec import Problem, short
 
 ITEMS = (
     "anchors", "bolts", "cables", "drills", "gears", "hinges", "lamps", "nails", "pipes",
@@ -65,7 +65,7 @@ class LedgerRules(Rules):
         if not 1 <= p.items <= len(ITEMS):
             problems.append(Problem("items", f"must be between 1 and {len(ITEMS)}"))
         if p.scoring not in ("exact", "digits"):
-            problems.append(Problem("scoring", f"must be exact or digits, got {p.scoring!r}"))
+            problems.append(Problem("scoring", f"must be exact or digits, got {short(p.scoring)}"))
         for low, high in (("min_price", "max_price"), ("min_quantity", "max_quantity")):
             if not 1 <= getattr(p, low) <= getattr(p, high) <= 10**6:
                 problems.append(Problem(low, f"must be >= 1 and <= {high} (at most 1000000)"))
