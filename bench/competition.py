@@ -17,7 +17,7 @@ against the bots during training, and the cross-play heatmap is copied beside it
 
 Each run is a subprocess, one at a time, so a run's memory is freed before the next starts.
 The default game is matching-pennies-v0 (YAML, strictly zero-sum); ``--scenario`` takes any
-registered two-player zero-sum scenario with a rule bot (Kuhn Poker, once it is built in).
+registered two-player zero-sum scenario with a rule bot (``--scenario kuhn_poker``).
 """
 
 from __future__ import annotations
@@ -121,6 +121,12 @@ def summarise(results: dict, crossplay_data: dict, seeds: list[int]) -> dict:
         draws = sum(r["draws"] for r in rows)
         games = sum(r["games"] for r in rows)
         mean, half = interval(rates)
+        returns = [r["mean_return"] for r in rows]
+        table.setdefault("mean_return", {})[opponent] = {
+            "per_seed": returns,
+            "mean": interval(returns)[0],
+            "ci": interval(returns)[1],
+        }
         table["win_rate"][opponent] = {
             "per_seed": rates,
             "mean": mean,
@@ -151,16 +157,19 @@ def markdown(table: dict, args: argparse.Namespace) -> str:
         f"{', '.join(map(str, args.seeds))}; `marl eval`: {args.eval_episodes} episodes per "
         "pairing, seats alternating.",
         "",
-        "| win rate against | per seed | mean ± 95% t (seeds) | pooled [95% Wilson] | draws |",
-        "|---|---|---|---|---|",
+        "| against | win rate per seed | mean ± 95% t (seeds) | pooled [95% Wilson] | draws "
+        "| mean return per seed | mean ± 95% t |",
+        "|---|---|---|---|---|---|---|",
     ]
     for opponent, label in OPPONENTS.items():
-        r = table["win_rate"][opponent]
+        r, g = table["win_rate"][opponent], table["mean_return"][opponent]
         lo, hi = r["pooled_wilson"]
         per_seed = ", ".join(f"{v:.2f}" for v in r["per_seed"])
+        gains = ", ".join(f"{v:+.2f}" for v in g["per_seed"])
         lines.append(
             f"| {label} | {per_seed} | {r['mean']:.2f} ± {r['ci']:.2f} | "
-            f"{r['pooled']:.2f} [{lo:.2f}, {hi:.2f}] ({r['games']} games) | {r['draws']} |"
+            f"{r['pooled']:.2f} [{lo:.2f}, {hi:.2f}] ({r['games']} games) | {r['draws']} | "
+            f"{gains} | {g['mean']:+.2f} ± {g['ci']:.2f} |"
         )
     lines += [
         "",

@@ -9,7 +9,8 @@ random content, so it teaches the protocol and never the relay; 0 = RL from the 
 
   team        plain GRPO on the team reward
   difference  difference rewards: an agent's credit is the team reward minus the team reward
-              of the same episode re-simulated with its messages removed (credit/estimators.py)
+              of the same episode re-simulated with its turns removed, messages and answer
+              (``credit.keep_action=false``; credit/estimators.py)
   shapley     Shapley values over the agents' messages (optional: ``--methods``)
 
 Measured per run from its own TensorBoard events: digits delivered per episode (4 x
@@ -18,7 +19,8 @@ whose ``--last``-iteration moving average reaches ``--target`` digits (``-`` if 
 
     .venv/bin/python bench/relay_credit.py                        # 2 methods x 3 seeds
     .venv/bin/python bench/relay_credit.py --seeds 0 --steps 2    # a quick look
-    .venv/bin/python bench/relay_credit.py --seeds 1 2 &          # two processes, one core each
+    taskset -c 0 .venv/bin/python bench/relay_credit.py --methods team &        # one core each
+    taskset -c 1 .venv/bin/python bench/relay_credit.py --methods difference &
     .venv/bin/python bench/relay_credit.py --table-only           # the table of every finished run
 
 Writes ``bench/results/relay_credit/{summary.json,table.md,curves.png}``. Each run is a
@@ -47,6 +49,10 @@ def train_args(method: str, seed: int, args: argparse.Namespace, run_dir: Path) 
         "model=smollm2",
         "scenario=relay",
         f"credit={method}",
+        # a counterfactual replaces the agent's whole turn, ACTION line included: on the directed
+        # line the reporter sends no message, so with the default (messages only) its difference
+        # credit is exactly 0 at every step and the one agent that submits the code never learns
+        *(["credit.keep_action=false"] if method != "team" else []),
         f"seed={seed}",
         "model.dtype=bfloat16",
         "sampling.max_new_tokens=16",
@@ -95,8 +101,11 @@ def run(method: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     (run_dir / "wall_s.json").write_text(json.dumps(wall))
     curves = load(run_dir)
     digits = [DIGITS * v for v in curves.get(REWARD, [])]
-    print(f"[{method} seed {seed}] {curves['wall_s']:.0f} s; digits per step "
-          f"{[round(d, 2) for d in digits]}", flush=True)
+    print(
+        f"[{method} seed {seed}] {curves['wall_s']:.0f} s; digits per step "
+        f"{[round(d, 2) for d in digits]}",
+        flush=True,
+    )
     return curves
 
 

@@ -337,14 +337,15 @@ def games_of(played: Sequence[Episode]) -> list[Game]:
     for ep in played:
         mine = [a for a, p in ep.seats.items() if p == ep.row]
         theirs = [a for a, p in ep.seats.items() if p == ep.col]
-        result = outcome(ep.returns[mine[0]], ep.returns[theirs[0]])
-        games.append(Game(ep.row, ep.col, score_of(result)))
+        own, other = ep.returns[mine[0]], ep.returns[theirs[0]]
+        games.append(Game(ep.row, ep.col, score_of(outcome(own, other)), (own, other)))
     return games
 
 
 def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[str, Any]]:
     """One row per ordered pairing (row != col): games, wins, draws, losses, win rate with its
-    Wilson interval, and the score rate ``(wins + draws / 2) / games``."""
+    Wilson interval, the score rate ``(wins + draws / 2) / games``, and the row player's mean
+    return with a 95% t-interval (the measure for games with stakes, such as Kuhn Poker)."""
     rows = []
     for a in names:
         for b in names:
@@ -352,6 +353,9 @@ def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[
                 continue
             scores = [g.score for g in games if g.a == a and g.b == b]
             scores += [1.0 - g.score for g in games if g.a == b and g.b == a]
+            returns = [g.returns[0] for g in games if g.a == a and g.b == b]
+            returns += [g.returns[1] for g in games if g.a == b and g.b == a]
+            mean, half = _mean_interval(returns)
             n = len(scores)
             wins, draws = sum(s == 1.0 for s in scores), sum(s == 0.5 for s in scores)
             lo, hi = wilson(wins / n, n) if n else (0.0, 1.0)
@@ -367,30 +371,42 @@ def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[
                     "win_lo": lo,
                     "win_hi": hi,
                     "score": (wins + 0.5 * draws) / n if n else float("nan"),
+                    "mean_return": mean,
+                    "return_lo": mean - half,
+                    "return_hi": mean + half,
                 }
             )
     return rows
 
 
+def _mean_interval(values: Sequence[float]) -> tuple[float, float]:
+    """The mean and the half-width of its 95% t-interval (NaN when undefined)."""
+    from marl.report import t95
+
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan")
+    half = t95(n - 1) * stdev(values) / math.sqrt(n) if n > 1 else float("nan")
+    return fmean(values), half
+
+
 def cooperative_cells(names: Sequence[str], played: Sequence[Episode]) -> list[dict[str, Any]]:
     """One row per ordered pairing (diagonal included, symmetric): the team's mean return with
     a 95% t-interval, and the success rate with its Wilson interval when there is one."""
-    from marl.report import t95
-
     rows = []
     for a in names:
         for b in names:
             eps = [e for e in played if {e.row, e.col} == {a, b} and (a != b or e.row == e.col)]
             team = [fmean(e.returns.values()) for e in eps]
             n = len(team)
-            half = t95(n - 1) * stdev(team) / math.sqrt(n) if n > 1 else float("nan")
+            mean, half = _mean_interval(team)
             row = {
                 "row": a,
                 "col": b,
                 "games": n,
-                "team_return": fmean(team) if n else float("nan"),
-                "team_lo": fmean(team) - half if n else float("nan"),
-                "team_hi": fmean(team) + half if n else float("nan"),
+                "team_return": mean,
+                "team_lo": mean - half,
+                "team_hi": mean + half,
             }
             successes = [e.success for e in eps]
             if n and all(s is not None for s in successes):
@@ -414,7 +430,8 @@ def markdown(
     if mode == "competitive":
         lines.append(
             f"Win rate of the row player against the column player, {episodes} episodes per "
-            "pairing (seats alternate), 95% Wilson interval; draws in parentheses."
+            "pairing (seats alternate), 95% Wilson interval; draws in parentheses; then the "
+            "row player's mean return with its 95% t-interval."
         )
     else:
         lines.append(
@@ -431,7 +448,8 @@ def markdown(
                 row.append("-")
             elif mode == "competitive":
                 row.append(
-                    f"{c['win_rate']:.2f} [{c['win_lo']:.2f}, {c['win_hi']:.2f}] ({c['draws']} d)"
+                    f"{c['win_rate']:.2f} [{c['win_lo']:.2f}, {c['win_hi']:.2f}] ({c['draws']} d), "
+                    f"return {c['mean_return']:+.2f} [{c['return_lo']:+.2f}, {c['return_hi']:+.2f}]"
                 )
             else:
                 text = f"{c['team_return']:+.2f} [{c['team_lo']:+.2f}, {c['team_hi']:+.2f}]"

@@ -3,9 +3,11 @@
 One small module for the rating math that the league's Elo curve (:mod:`marl.league`) and
 ``marl eval`` (:mod:`marl.crossplay`) both use.
 
-- **Outcome of a zero-sum episode** (:func:`outcome`): an agent *wins* when its return is
-  greater than its opponent's, *draws* when they are equal, and *loses* otherwise. Nothing is
-  asked of the scenario beyond its per-agent returns. A game's *score* is 1, 0.5 or 0.
+- **Outcome of a two-player episode** (:func:`outcome`, defined once in
+  :mod:`marl.scenarios.zero_sum`): an agent *wins* when its return is greater than its
+  opponent's, *draws* when they are equal (within ``1e-9``: returns are sums of floats), and
+  *loses* otherwise. Nothing is asked of the scenario beyond its per-agent returns. A game's
+  *score* is 1, 0.5 or 0.
 - **Wilson interval** of a rate (:func:`marl.summary.wilson`, re-exported): the 95% score
   interval, which stays inside [0, 1] and is sensible at 0 or n successes (Wilson 1927).
 - **Elo** (Elo 1978): the expected score of A against B is
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 from typing import Any
 
+from marl.scenarios.zero_sum import outcome
 from marl.summary import wilson
 
 __all__ = [
@@ -48,17 +51,7 @@ __all__ = [
     "wilson",
 ]
 
-WIN, DRAW, LOSS = "win", "draw", "loss"
-SCORE = {WIN: 1.0, DRAW: 0.5, LOSS: 0.0}
-
-
-def outcome(own: float, other: float) -> str:
-    """``"win"`` when ``own`` > ``other``, ``"draw"`` when equal, else ``"loss"``."""
-    if own > other:
-        return WIN
-    if own == other:
-        return DRAW
-    return LOSS
+SCORE = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 
 
 def score_of(result: str) -> float:
@@ -73,11 +66,14 @@ def expected_score(rating_a: float, rating_b: float) -> float:
 
 @dataclass(frozen=True)
 class Game:
-    """One game between players ``a`` and ``b``; ``score`` is a's (1 win, 0.5 draw, 0 loss)."""
+    """One game between players ``a`` and ``b``; ``score`` is a's (1 win, 0.5 draw, 0 loss),
+    ``returns`` what a and b got (a win/loss record hides a margin: in Kuhn Poker a bluff that
+    wins 1 and a call that loses 2 are one win and one loss)."""
 
     a: str
     b: str
     score: float
+    returns: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass

@@ -23,6 +23,18 @@ Outcome = Literal["win", "draw", "loss"]
 TOLERANCE = 1e-9  # returns are sums of floats; |r| below this is a tie
 
 
+def outcome(own: float, other: float, tolerance: float = TOLERANCE) -> Outcome:
+    """The one rule for who won: ``win`` when ``own`` exceeds ``other`` by more than
+    ``tolerance``, ``loss`` when it falls short by more, else ``draw``. The league, ``marl eval``
+    and :func:`outcomes` (``other`` = 0: a zero-sum return against the zero of a tie) all use it.
+    """
+    if own - other > tolerance:
+        return "win"
+    if other - own > tolerance:
+        return "loss"
+    return "draw"
+
+
 def outcomes(returns: Mapping[str, float], tolerance: float = TOLERANCE) -> dict[str, Outcome]:
     """``win``/``draw``/``loss`` for each agent from an episode's returns.
 
@@ -36,10 +48,7 @@ def outcomes(returns: Mapping[str, float], tolerance: float = TOLERANCE) -> dict
         raise ValueError(f"returns must be finite, got {dict(returns)}")
     if abs(sum(values)) > max(tolerance, 1e-6 * sum(abs(v) for v in values)):
         raise ValueError(f"returns do not sum to zero, so no zero-sum outcome: {dict(returns)}")
-    return {
-        agent: "win" if r > tolerance else "loss" if r < -tolerance else "draw"
-        for agent, r in returns.items()
-    }
+    return {agent: outcome(r, 0.0, tolerance) for agent, r in returns.items()}
 
 
 def winner(returns: Mapping[str, float], tolerance: float = TOLERANCE) -> str | None:

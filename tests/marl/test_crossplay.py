@@ -60,6 +60,12 @@ def test_bots_competitive_matrix_is_consistent(tmp_path: Path) -> None:
     assert ab["games"] == ba["games"] == 8
     assert (ab["wins"], ab["draws"], ab["losses"]) == (ba["losses"], ba["draws"], ba["wins"])
     assert ab["win_lo"] <= ab["win_rate"] <= ab["win_hi"]
+    # zero-sum: the row's mean return is the column's negated, and lies inside its interval
+    assert ab["mean_return"] == pytest.approx(-ba["mean_return"])
+    assert ab["return_lo"] <= ab["mean_return"] <= ab["return_hi"]
+    rows = [e.seats["alice"] == "random" for e in played]
+    own = [e.returns["alice" if r else "bob"] for e, r in zip(played, rows)]
+    assert ab["mean_return"] == pytest.approx(sum(own) / len(own))
     # every episode's returns decide it: the rule bot as bob plays heads until alice strays
     for e in played:
         assert sum(e.returns.values()) == pytest.approx(0.0)  # zero-sum, no malformed bots

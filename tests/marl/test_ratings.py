@@ -17,12 +17,16 @@ from marl.ratings import (
     outcome,
     wilson,
 )
+from marl.scenarios.zero_sum import outcomes
 
 
 def test_outcome_contract() -> None:
     assert outcome(2.0, -2.0) == "win"
     assert outcome(0.5, 0.5) == "draw"
     assert outcome(-0.1, 0.0) == "loss"
+    # float noise is a draw, the same tolerance as the zero-sum contract's outcomes()
+    assert outcome(0.1 + 0.2, 0.3) == "draw"
+    assert outcomes({"a": 0.1 + 0.2 - 0.3, "b": 0.3 - 0.2 - 0.1}) == {"a": "draw", "b": "draw"}
 
 
 def test_elo_by_hand() -> None:
