@@ -17,6 +17,7 @@ held-out success on ``--eval-episodes`` unseen episodes before RL and after it.
     .venv/bin/python bench/tools.py                                  # 2 conditions x 3 seeds
     .venv/bin/python bench/tools.py --model tiny --seeds 0 --steps 2 --warmup-steps 1 \\
         --eval-episodes 4                                            # end-to-end check, ~1 min
+    .venv/bin/python bench/tools.py --table-only                     # the table of finished runs
 
 Replies start without a response head (``sampling.response_prefix=false``): a ``SAY:`` head
 would make the clerk write its message before it could look the price up. Each run is a
@@ -26,6 +27,7 @@ subprocess (``marl train``), so a run's memory is freed before the next starts.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from statistics import fmean
@@ -77,14 +79,21 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     ]
     print(f"[{name} seed {seed}]", flush=True)
     wall = run_marl(overrides, args.threads, f"run {name} seed {seed}")
-    curves = read_scalars(run_dir / "tensorboard")
-    curves["wall_s"] = wall
+    (run_dir / "wall_s.json").write_text(json.dumps(wall))
+    curves = load(run_dir)
     print(
         f"[{name} seed {seed}] {curves['wall_s']:.0f} s; success per step "
         f"{[round(v, 2) for v in curves.get(SUCCESS, [])]}; tool calls per turn "
         f"{[round(v, 2) for v in _calls(curves)]}",
         flush=True,
     )
+    return curves
+
+
+def load(run_dir: Path) -> dict:
+    """A finished run's scalar curves (its TensorBoard events) and wall time."""
+    curves = read_scalars(run_dir / "tensorboard")
+    curves["wall_s"] = json.loads((run_dir / "wall_s.json").read_text())
     return curves
 
 
@@ -180,6 +189,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--eval-episodes", type=int, default=64, help="held-out episodes")
     parser.add_argument("--out", default=str(ROOT / "bench/results/tools"))
+    parser.add_argument(
+        "--table-only", action="store_true", help="summarise the finished runs under --out"
+    )
     parser.add_argument("extra", nargs="*", help="more marl train overrides for every run")
     args = parser.parse_args()
     out = Path(args.out)
@@ -187,7 +199,11 @@ def main() -> None:
     results: dict = {name: [] for name in args.conditions}
     for seed in args.seeds:  # seed-major: a partial experiment still covers every condition
         for name in args.conditions:
-            results[name].append(run(name, seed, args, out))
+            if not args.table_only:
+                results[name].append(run(name, seed, args, out))
+            elif (out / name / f"seed{seed}" / "wall_s.json").exists():
+                results[name].append(load(out / name / f"seed{seed}"))
+    results = {name: runs for name, runs in results.items() if runs}
     table = summarise(results, args.last)
     save_experiment(out, args, table, markdown(table), lambda path: plot(results, path))
 
