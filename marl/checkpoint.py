@@ -85,6 +85,19 @@ def save_checkpoint(run_dir: str | Path, step: int, state: dict[str, Any]) -> Pa
     scenario = _saved_scenario(state)
     if scenario is not None:  # the registered name it resolved to when saved (check_resume)
         state = {**state, "scenario": scenario}
+    try:
+        return _write_checkpoint(root, final, step, state)
+    except (OSError, RuntimeError) as err:  # torch.save reports a full disk as a RuntimeError
+        free = shutil.disk_usage(root).free / 2**30
+        raise RunError(
+            f"cannot write the checkpoint of step {step} under {root} "
+            f"({free:.1f} GiB free on that disk): {err}. Free some space or set "
+            "train.checkpoint_every=0; the run can resume from its last complete checkpoint"
+        ) from err
+
+
+def _write_checkpoint(root: Path, final: Path, step: int, state: dict[str, Any]) -> Path:
+    """Write ``state`` into a temporary directory, then move it to ``final`` in one rename."""
     tmp = Path(tempfile.mkdtemp(prefix=f".step_{step:06d}.{os.getpid()}.", dir=root))
     aside = None
     try:
