@@ -154,3 +154,37 @@ def run_marl(args: Sequence[str], threads: int, what: str, log: Path | None = No
         where = f"; log: {log}" if log is not None else ""
         raise SystemExit(f"{what} failed (rc {proc.returncode}){where}")
     return time.time() - began
+
+
+def finish_run(run_dir: Path, wall_s: float) -> dict:
+    """Record a finished run's wall time beside its events; returns :func:`load_run`."""
+    (run_dir / "wall_s.json").write_text(json.dumps(wall_s))
+    return load_run(run_dir)
+
+
+def load_run(run_dir: Path) -> dict:
+    """A finished run's scalar curves (its TensorBoard events) and wall time."""
+    curves = read_scalars(run_dir / "tensorboard")
+    curves["wall_s"] = json.loads((run_dir / "wall_s.json").read_text())
+    return curves
+
+
+def collect_runs(
+    out: Path,
+    names: Sequence[str],
+    seeds: Sequence[int],
+    run: Callable[[str, int], dict],
+    table_only: bool = False,
+) -> dict[str, list[dict]]:
+    """Every run ``out/<name>/seed<seed>``, seed-major (a partial experiment still covers every
+    name): ``run(name, seed)`` each, or with ``table_only`` load those that finished (their
+    processes may have run in parallel). Names without a run are left out."""
+    results: dict[str, list[dict]] = {name: [] for name in names}
+    for seed in seeds:
+        for name in names:
+            run_dir = out / name / f"seed{seed}"
+            if not table_only:
+                results[name].append(run(name, seed))
+            elif (run_dir / "wall_s.json").exists():
+                results[name].append(load_run(run_dir))
+    return {name: runs for name, runs in results.items() if runs}

@@ -27,7 +27,6 @@ import json
 import math
 import shutil
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,11 +43,6 @@ SMOLLM2 = [  # the settings of configs/demo.yaml that fit SmolLM2 on this CPU
     "sampling.temperature=0.8",
     "algo.lr=2.0e-5",
 ]
-
-
-def marl(args: list[str], threads: int, log: Path) -> None:
-    """``marl <args>`` in a subprocess (output to ``log``); exits on failure."""
-    run_marl(args, threads, f"marl {args[0]}", log)
 
 
 def train(seed: int, args: argparse.Namespace, out: Path) -> dict:
@@ -73,10 +67,9 @@ def train(seed: int, args: argparse.Namespace, out: Path) -> dict:
         *(SMOLLM2 if args.model == "smollm2" else []),
         *args.extra,
     ]
-    began = time.time()
-    marl(overrides, args.threads, run_dir / "train.log")
+    wall = run_marl(overrides, args.threads, f"run seed {seed}", run_dir / "train.log")
     curves = read_scalars(run_dir / "tensorboard")
-    curves["wall_s"] = time.time() - began
+    curves["wall_s"] = wall
     elo = curves.get("league/elo", [])
     print(f"[seed {seed}] {curves['wall_s']:.0f} s; league Elo {[round(v) for v in elo]}")
     return curves
@@ -89,7 +82,7 @@ def crossplay(args: argparse.Namespace, out: Path) -> dict:
     players += [f"initial={initial}", "random", "rule"]
     eval_dir = out / "eval"
     eval_dir.mkdir(parents=True, exist_ok=True)
-    marl(
+    run_marl(
         [
             "eval",
             *players,
@@ -103,6 +96,7 @@ def crossplay(args: argparse.Namespace, out: Path) -> dict:
             str(eval_dir),
         ],
         args.threads,
+        "marl eval",
         eval_dir / "eval.log",
     )
     return json.loads((eval_dir / "crossplay.json").read_text())
@@ -122,10 +116,11 @@ def summarise(results: dict, crossplay_data: dict, seeds: list[int]) -> dict:
         games = sum(r["games"] for r in rows)
         mean, half = interval(rates)
         returns = [r["mean_return"] for r in rows]
+        gain, gain_half = interval(returns)
         table.setdefault("mean_return", {})[opponent] = {
             "per_seed": returns,
-            "mean": interval(returns)[0],
-            "ci": interval(returns)[1],
+            "mean": gain,
+            "ci": gain_half,
         }
         table["win_rate"][opponent] = {
             "per_seed": rates,

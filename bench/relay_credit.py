@@ -36,7 +36,13 @@ from pathlib import Path
 from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interval, read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
+from common import (  # noqa: E402  (bench helpers)
+    collect_runs,
+    finish_run,
+    interval,
+    run_marl,
+    save_experiment,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 REWARD = "team/reward"
@@ -97,22 +103,13 @@ def run(method: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     run_dir = out / method / f"seed{seed}"
     print(f"[{method} seed {seed}]", flush=True)
     overrides = ["train", *train_args(method, seed, args, run_dir)]
-    wall = run_marl(overrides, args.threads, f"run {method} seed {seed}")
-    (run_dir / "wall_s.json").write_text(json.dumps(wall))
-    curves = load(run_dir)
+    curves = finish_run(run_dir, run_marl(overrides, args.threads, f"run {method} seed {seed}"))
     digits = [DIGITS * v for v in curves.get(REWARD, [])]
     print(
         f"[{method} seed {seed}] {curves['wall_s']:.0f} s; digits per step "
         f"{[round(d, 2) for d in digits]}",
         flush=True,
     )
-    return curves
-
-
-def load(run_dir: Path) -> dict:
-    """A finished run's scalar curves (its TensorBoard events) and wall time."""
-    curves = read_scalars(run_dir / "tensorboard")
-    curves["wall_s"] = json.loads((run_dir / "wall_s.json").read_text())
     return curves
 
 
@@ -212,15 +209,9 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict = {m: [] for m in args.methods}
-    for seed in args.seeds:  # seed-major: a partial experiment still covers every method
-        for method in args.methods:
-            run_dir = out / method / f"seed{seed}"
-            if args.table_only:
-                if (run_dir / "wall_s.json").exists():
-                    results[method].append(load(run_dir))
-                continue
-            results[method].append(run(method, seed, args, out))
+    results = collect_runs(
+        out, args.methods, args.seeds, lambda m, seed: run(m, seed, args, out), args.table_only
+    )
     (out / "curves.json").write_text(json.dumps(results))
     table = summarise(results, args)
     save_experiment(out, args, table, markdown(table, args), lambda path: plot(results, path))

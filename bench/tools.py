@@ -27,13 +27,18 @@ subprocess (``marl train``), so a run's memory is freed before the next starts.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interval, read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
+from common import (  # noqa: E402  (bench helpers)
+    collect_runs,
+    finish_run,
+    interval,
+    run_marl,
+    save_experiment,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUCCESS = "team/success"
@@ -78,22 +83,13 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
         *args.extra,
     ]
     print(f"[{name} seed {seed}]", flush=True)
-    wall = run_marl(overrides, args.threads, f"run {name} seed {seed}")
-    (run_dir / "wall_s.json").write_text(json.dumps(wall))
-    curves = load(run_dir)
+    curves = finish_run(run_dir, run_marl(overrides, args.threads, f"run {name} seed {seed}"))
     print(
         f"[{name} seed {seed}] {curves['wall_s']:.0f} s; success per step "
         f"{[round(v, 2) for v in curves.get(SUCCESS, [])]}; tool calls per turn "
         f"{[round(v, 2) for v in _calls(curves)]}",
         flush=True,
     )
-    return curves
-
-
-def load(run_dir: Path) -> dict:
-    """A finished run's scalar curves (its TensorBoard events) and wall time."""
-    curves = read_scalars(run_dir / "tensorboard")
-    curves["wall_s"] = json.loads((run_dir / "wall_s.json").read_text())
     return curves
 
 
@@ -196,14 +192,9 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict = {name: [] for name in args.conditions}
-    for seed in args.seeds:  # seed-major: a partial experiment still covers every condition
-        for name in args.conditions:
-            if not args.table_only:
-                results[name].append(run(name, seed, args, out))
-            elif (out / name / f"seed{seed}" / "wall_s.json").exists():
-                results[name].append(load(out / name / f"seed{seed}"))
-    results = {name: runs for name, runs in results.items() if runs}
+    results = collect_runs(
+        out, args.conditions, args.seeds, lambda c, seed: run(c, seed, args, out), args.table_only
+    )
     table = summarise(results, args.last)
     save_experiment(out, args, table, markdown(table), lambda path: plot(results, path))
 

@@ -41,11 +41,12 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from statistics import fmean, stdev
+from statistics import fmean
 from typing import Any
 
 from marl.errors import RunError
 from marl.ratings import Game, bootstrap_ratings, outcome, score_of, wilson
+from marl.report import mean_ci
 
 __all__ = ["Player", "crossplay", "main", "parse_players"]
 
@@ -353,9 +354,9 @@ def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[
                 continue
             scores = [g.score for g in games if g.a == a and g.b == b]
             scores += [1.0 - g.score for g in games if g.a == b and g.b == a]
-            returns = [g.returns[0] for g in games if g.a == a and g.b == b]
-            returns += [g.returns[1] for g in games if g.a == b and g.b == a]
-            mean, half = _mean_interval(returns)
+            returns = [g.returns[0] for g in games if g.a == a and g.b == b and g.returns]
+            returns += [g.returns[1] for g in games if g.a == b and g.b == a and g.returns]
+            mean, half = mean_ci(returns)
             n = len(scores)
             wins, draws = sum(s == 1.0 for s in scores), sum(s == 0.5 for s in scores)
             lo, hi = wilson(wins / n, n) if n else (0.0, 1.0)
@@ -379,17 +380,6 @@ def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[
     return rows
 
 
-def _mean_interval(values: Sequence[float]) -> tuple[float, float]:
-    """The mean and the half-width of its 95% t-interval (NaN when undefined)."""
-    from marl.report import t95
-
-    n = len(values)
-    if n == 0:
-        return float("nan"), float("nan")
-    half = t95(n - 1) * stdev(values) / math.sqrt(n) if n > 1 else float("nan")
-    return fmean(values), half
-
-
 def cooperative_cells(names: Sequence[str], played: Sequence[Episode]) -> list[dict[str, Any]]:
     """One row per ordered pairing (diagonal included, symmetric): the team's mean return with
     a 95% t-interval, and the success rate with its Wilson interval when there is one."""
@@ -399,7 +389,7 @@ def cooperative_cells(names: Sequence[str], played: Sequence[Episode]) -> list[d
             eps = [e for e in played if {e.row, e.col} == {a, b} and (a != b or e.row == e.col)]
             team = [fmean(e.returns.values()) for e in eps]
             n = len(team)
-            mean, half = _mean_interval(team)
+            mean, half = mean_ci(team)
             row = {
                 "row": a,
                 "col": b,

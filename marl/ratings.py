@@ -67,13 +67,13 @@ def expected_score(rating_a: float, rating_b: float) -> float:
 @dataclass(frozen=True)
 class Game:
     """One game between players ``a`` and ``b``; ``score`` is a's (1 win, 0.5 draw, 0 loss),
-    ``returns`` what a and b got (a win/loss record hides a margin: in Kuhn Poker a bluff that
-    wins 1 and a call that loses 2 are one win and one loss)."""
+    ``returns`` what a and b got, when known (a win/loss record hides a margin: in Kuhn Poker a
+    bluff that wins 1 and a call that loses 2 are one win and one loss)."""
 
     a: str
     b: str
     score: float
-    returns: tuple[float, float] = (0.0, 0.0)
+    returns: tuple[float, float] | None = None
 
 
 @dataclass
