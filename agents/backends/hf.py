@@ -39,7 +39,7 @@ from marl.agents.logprobs import (
     common_prefix_length,
     output_cache,
 )
-from marl.agents.models import ModelSpec, load_model
+from marl.agents.models import ModelSpec, contiguous_head_input, load_model
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
 
@@ -83,7 +83,7 @@ class HFBackend:
         tokenizer.padding_side = "left"
         if device is not None:
             model = model.to(device)
-        self.model: Any = model.eval()
+        self.model: Any = contiguous_head_input(model.eval())
         self.tokenizer = tokenizer
         self.lora_config = lora_config
         self.share_prompts = share_prompts  # one prefill per distinct prompt (module docstring)
