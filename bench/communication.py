@@ -6,7 +6,7 @@ interval over seeds, and over pooled episodes), a JSON file and a PNG of the cur
 
 Conditions (``--conditions``):
   rl                RL alone, from the base model.
-  warmup_rl         the listener warm-up of configs/demo.yaml (rule bots play, only the
+  warmup_rl         the listener warm-up of configs/demo_full.yaml (rule bots play, only the
                     listener is imitated: it learns to pick what it hears; the speaker, who
                     knows the answer, is not trained), then RL. Its first iteration's rollout,
                     before any RL update, is "warm-up alone".
@@ -42,7 +42,7 @@ NO_EDGE = "+scenario.overrides={graph: {topology: random, p: 0.0}}"
 
 
 def condition_args(name: str, warmup_steps: int) -> list[str]:
-    """The ``marl train`` overrides of a condition (the rest is configs/demo.yaml)."""
+    """The ``marl train`` overrides of a condition (the rest is configs/demo_full.yaml)."""
     warm = [f"warmup.steps={warmup_steps}"]
     return {
         "rl": ["warmup.steps=0"],
@@ -54,8 +54,10 @@ def condition_args(name: str, warmup_steps: int) -> list[str]:
 
 
 def marl_train(run_dir: Path, overrides: list[str], threads: int) -> None:
-    """``marl train --config-name demo <overrides>`` in a subprocess; exits on failure."""
-    run_marl(["train", "--config-name", "demo", *overrides], threads, f"marl train in {run_dir}")
+    """``marl train --config-name demo_full <overrides>`` in a subprocess; exits on failure."""
+    run_marl(
+        ["train", "--config-name", "demo_full", *overrides], threads, f"marl train in {run_dir}"
+    )
 
 
 def held_out(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
@@ -100,7 +102,7 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     overrides = [
         "train",
         "--config-name",
-        "demo",
+        "demo_full",
         f"seed={seed}",
         f"train.steps={steps}",
         "train.checkpoint_every=0",
@@ -297,7 +299,7 @@ def main() -> None:
         for name in args.conditions:  # still covers every condition
             results[name].append(run(name, seed, args, out))
             (out / "curves.json").write_text(json.dumps(results))
-    episodes = 16  # configs/demo.yaml: seeds_per_step x group_size
+    episodes = 16  # configs/demo_full.yaml: seeds_per_step x group_size
     table = summarise(results, episodes, args.last, args.eval_episodes)
     save_experiment(out, args, table, markdown(table), lambda path: plot(results, path))
 

@@ -46,7 +46,7 @@ AGENTS = ("clerk", "auditor")
 
 
 def condition_args(name: str, warmup_steps: int) -> list[str]:
-    """The ``marl train`` overrides of a condition (the rest is configs/demo.yaml + ledger)."""
+    """The ``marl train`` overrides of a condition (the rest is configs/demo_full.yaml + ledger)."""
     return {
         "rl": ["warmup.steps=0"],
         "warmup_rl": [f"warmup.steps={warmup_steps}", "warmup.bot=rule", "warmup.agents=[]"],
@@ -74,7 +74,7 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     overrides = [
         "train",
         "--config-name",
-        "demo",
+        "demo_full",
         f"seed={seed}",
         f"train.steps={args.steps}",
         f"hydra.run.dir={run_dir}",
