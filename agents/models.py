@@ -145,6 +145,20 @@ def load_model(spec: ModelSpec) -> tuple[PreTrainedModel, Any]:
     return model, tokenizer
 
 
+def with_lora(model: Any, config: Any, adapter_name: str) -> Any:
+    """``peft.get_peft_model(model, config, adapter_name=...)`` without the FutureWarning that
+    peft's own call of transformers' deprecated ``is_gradient_checkpointing`` prints."""
+    import warnings
+
+    from peft import get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=".*is_gradient_checkpointing.*deprecated", category=FutureWarning
+        )
+        return get_peft_model(model, config, adapter_name=adapter_name)
+
+
 def contiguous_head_input(model: Any) -> Any:
     """Make the output layer's input contiguous before it runs (idempotent; returns ``model``).
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from marl.agents.backends import Generation, PolicyBackend, SamplingConfig, make_backend
-from marl.agents.models import ModelSpec, load_model
+from marl.agents.models import ModelSpec, load_model, with_lora
 from marl.config import Config, LoraSettings
 from marl.learner import Learner, LearnerSettings, UpdateSettings
 from marl.policy_map import PolicyPlan, PolicySpec
@@ -368,8 +368,6 @@ class PolicyLearner:
 
 def _with_adapter(model: Any, spec: PolicySpec, seed: int) -> Any:
     """Wrap ``model`` with the policy's LoRA adapter; its initial weights follow the seed."""
-    from peft import get_peft_model
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(policy_seed(seed, spec.id))
-        return get_peft_model(model, peft_lora_config(spec.lora), adapter_name=spec.adapter)
+        return with_lora(model, peft_lora_config(spec.lora), spec.adapter)

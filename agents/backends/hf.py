@@ -39,7 +39,7 @@ from marl.agents.logprobs import (
     common_prefix_length,
     output_cache,
 )
-from marl.agents.models import ModelSpec, contiguous_head_input, load_model
+from marl.agents.models import ModelSpec, contiguous_head_input, load_model, with_lora
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
 
@@ -297,14 +297,14 @@ class HFBackend:
         adapter, which leaves the outputs unchanged until trained). ``config`` is a peft
         ``LoraConfig``; default: the backend's ``lora_config`` or r=8, alpha=16 on q_proj/v_proj.
         """
-        from peft import PeftModel, get_peft_model, set_peft_model_state_dict
+        from peft import PeftModel, set_peft_model_state_dict
 
         _check_adapter_name(name)
         config = config or self.lora_config or default_lora_config()
         if name in self.adapters:
             self.remove_adapter(name)
         if not isinstance(self.model, PeftModel):
-            self.model = get_peft_model(self.model, config, adapter_name=name)
+            self.model = with_lora(self.model, config, name)
         else:
             self.model.add_adapter(name, config)
         self.adapters.add(name)
