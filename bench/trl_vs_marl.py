@@ -32,7 +32,7 @@ TRL is not in the default install: ``pip install -e ".[bench]"``. Measure on a q
     .venv/bin/python bench/trl_vs_marl.py --dtype bfloat16
     .venv/bin/python bench/trl_vs_marl.py --model tiny --iterations 1 --rounds 1   # smoke test
 
-Writes ``bench/results/trl_vs_marl.json`` (``--out``).
+Writes ``bench/results/trl_vs_marl.json`` (``trl_vs_marl_bfloat16.json`` with ``--dtype bfloat16``).
 """
 
 from __future__ import annotations
