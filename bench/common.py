@@ -104,6 +104,10 @@ def _cell(value: Any) -> str:
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 9: 2.262}
 
 
+# The per-step timings every training run logs (marl/train.py), read by the step benches.
+STEP_TIMES = ("perf/step_time", "perf/rollout_time", "perf/update_time")
+
+
 def read_scalars(logdir: Path) -> dict[str, list[float]]:
     """Every scalar tag of a run as a list ordered by step (TensorBoard's own reader)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interval, read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
+from common import finish_run, interval, run_marl, save_experiment  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 OPPONENTS = {
@@ -67,9 +67,9 @@ def train(seed: int, args: argparse.Namespace, out: Path) -> dict:
         *(SMOLLM2 if args.model == "smollm2" else []),
         *args.extra,
     ]
-    wall = run_marl(overrides, args.threads, f"run seed {seed}", run_dir / "train.log")
-    curves = read_scalars(run_dir / "tensorboard")
-    curves["wall_s"] = wall
+    curves = finish_run(
+        run_dir, run_marl(overrides, args.threads, f"run seed {seed}", run_dir / "train.log")
+    )
     elo = curves.get("league/elo", [])
     print(f"[seed {seed}] {curves['wall_s']:.0f} s; league Elo {[round(v) for v in elo]}")
     return curves

@@ -28,18 +28,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, row, write  # noqa: E402
+from common import STEP_TIMES, machine, read_scalars, row, write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TAGS = ("perf/step_time", "perf/rollout_time", "perf/update_time")
 # Today's demo also warms up, evaluates and measures influence; the step alone is timed.
 HERE = ["warmup.steps=0", "train.eval_episodes=0", "emergence.influence_every=0"]
 
 
 def one_run(checkout: Path, overrides: list[str], steps: int, threads: int) -> dict[str, float]:
     """``marl train`` in ``checkout`` for ``steps`` steps; the step figures and peak RSS."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             str(checkout / ".venv/bin/marl"), "train", "--config-name", "demo",
@@ -54,12 +51,8 @@ def one_run(checkout: Path, overrides: list[str], steps: int, threads: int) -> d
         if status != 0:
             sys.stderr.write(output[-3000:])
             raise SystemExit(f"marl train in {checkout} failed (status {status})")
-        events = EventAccumulator(str(Path(tmp) / "tensorboard"), size_guidance={"scalars": 0})
-        events.Reload()
-        out = {
-            tag: statistics.median(e.value for e in events.Scalars(tag) if e.step > 1)
-            for tag in TAGS
-        }
+        curves = read_scalars(Path(tmp) / "tensorboard")  # one value per step, in order
+        out = {tag: statistics.median(curves[tag][1:]) for tag in STEP_TIMES}  # the first warms up
     out["peak_rss_gb"] = usage.ru_maxrss / 1e6
     return out
 
@@ -90,7 +83,7 @@ def main() -> None:
         return min(x[key] for x in runs[side])
 
     summary = []
-    for key in (*TAGS, "peak_rss_gb"):
+    for key in (*STEP_TIMES, "peak_rss_gb"):
         unit = "GB" if key == "peak_rss_gb" else "s"
         summary += [
             row(f"here: {key}", med("here", key), unit, f"min {low('here', key):.2f}"),

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, quick, row, write  # noqa: E402
+from common import STEP_TIMES, machine, quick, row, write  # noqa: E402
 
 TINY = [
     "scenario=signal_v1", "model.kind=tiny", "model.hidden_size=256", "model.num_layers=4",
@@ -38,7 +38,6 @@ TINY = [
     "logging.tensorboard=false", "logging.transcripts_every=0",
     "algo.beta=0.04",  # every turn trains: a random tiny model's rewards are often all equal
 ]
-PERF = ("perf/step_time", "perf/rollout_time", "perf/update_time")
 
 
 def worker(config: str, overrides: list[str]) -> None:
@@ -57,7 +56,7 @@ def worker(config: str, overrides: list[str]) -> None:
     configure_threads(load_config(cfg).runtime.threads, stream=None)
     with tempfile.TemporaryDirectory() as run_dir:
         metrics = train(cfg, run_dir=run_dir)
-    out = {k: metrics[k] for k in PERF if k in metrics}
+    out = {k: metrics[k] for k in STEP_TIMES if k in metrics}
     out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     print(json.dumps(out))
 
@@ -100,7 +99,7 @@ def main() -> None:
         for name, rs in runs.items()
     }
     summary = []
-    for key in (*PERF, "peak_rss_gb"):
+    for key in (*STEP_TIMES, "peak_rss_gb"):
         for name in ("unshared", "shared"):
             f = figures[name][key]
             unit = "GB" if key == "peak_rss_gb" else "s"
