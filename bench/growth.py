@@ -27,6 +27,15 @@ under its agent's adapter) and ``lora-separate`` (the same adapters, one call pe
 round: how ``lora`` ran before). Writes ``bench/results/growth_llm.json``.
 
     OMP_NUM_THREADS=1 nice -n 19 taskset -c 1 .venv/bin/python bench/growth.py --model tiny
+
+``--model embedded`` does the same with SmolLM2-135M (``--dtype bfloat16 --threads 2`` as in
+``make run``) and writes ``bench/results/growth_embedded.json``. Each row also gives the prompt
+tokens per turn: with a complete graph every agent reads every other agent's messages, so a
+turn's prompt grows with the agents, and on a CPU its prefill is bound by arithmetic, which
+batching cannot share.
+
+    .venv/bin/python bench/growth.py --model embedded --dtype bfloat16 --threads 2 \\
+        --envs 1 --turns 64 --modes shared lora
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from marl.agents.backends import Generation, SamplingConfig  # noqa: E402
 from marl.rollout import EpisodeSlot, run_episodes  # noqa: E402
 from marl.scenarios.bots import random_bot  # noqa: E402
 
-SCENARIO = "public-goods-v0"
+SCENARIO = "public-goods-v0"  # the LLM sweeps take --scenario
 
 
 class ScriptedBackend:
@@ -128,8 +137,11 @@ class OwnCall:
         return self.view.generate(prompts, sampling, adapters=adapters, seed=seed)
 
 
-def llm_policies(mode: str, agents: int) -> tuple[dict[str, Any], Any]:
-    """Backends (the tiny model) and ``policy_of`` for ``agents`` agents under ``mode``."""
+def llm_policies(
+    mode: str, agents: int, model: str = "tiny", dtype: str = "float32", scenario: str = SCENARIO
+) -> tuple[dict[str, Any], Any]:
+    """Backends (``model``: tiny or embedded) and ``policy_of`` for ``agents`` agents under
+    ``mode``."""
     from marl.config import load_config
     from marl.policies import InferencePolicies
     from marl.policy_map import plan_for
@@ -138,8 +150,8 @@ def llm_policies(mode: str, agents: int) -> tuple[dict[str, Any], Any]:
     sharing = "shared" if mode == "shared" else "lora"
     loaded = load_config(
         {
-            "scenario": {"name": SCENARIO, "overrides": {"agents": names}},
-            "model": {"kind": "tiny"},
+            "scenario": {"name": scenario, "overrides": {"agents": names}},
+            "model": {"kind": model, "dtype": dtype},
             "sharing": sharing,
         }
     )
@@ -151,14 +163,19 @@ def llm_policies(mode: str, agents: int) -> tuple[dict[str, Any], Any]:
     return backends, owner.__getitem__
 
 
-def llm_seconds_per_turn(mode: str, agents: int, envs: int, episodes: int, seed: int = 0) -> float:
-    """Wall seconds per agent turn of ``episodes`` batches of ``envs`` environments, the tiny
-    model generating (16 new tokens a reply); building the policies is not timed. The share
-    of that time spent in the environments' ``reset`` and ``step`` goes to ``ENV_SHARE``."""
-    backends, policy_of = llm_policies(mode, agents)
+def llm_seconds_per_turn(
+    mode: str, agents: int, envs: int, episodes: int, seed: int = 0,
+    model: str = "tiny", dtype: str = "float32", scenario: str = SCENARIO,
+) -> float:
+    """Wall seconds per agent turn of ``episodes`` batches of ``envs`` environments, ``model``
+    generating (16 new tokens a reply); building the policies is not timed. The share of that
+    time spent in the environments' ``reset`` and ``step`` goes to ``ENV_SHARE``, and the
+    prompt tokens per turn to ``PROMPT_TOKENS``."""
+    backends, policy_of = llm_policies(mode, agents, model, dtype, scenario)
+    forward = time_forwards(backends.values())
     names = [f"p{i}" for i in range(agents)]
     sampling = SamplingConfig(max_new_tokens=16)
-    turns = 0
+    turns = prompt_tokens = 0
     in_env = [0.0]  # seconds inside the environments' reset and step (environment + protocol)
 
     def timed(method: Any) -> Any:
@@ -174,33 +191,70 @@ def llm_seconds_per_turn(mode: str, agents: int, envs: int, episodes: int, seed:
     began = time.perf_counter()
     for batch in range(episodes):
         slots = [
-            EpisodeSlot(marl.make(SCENARIO, agents=names), seed + batch * envs + i, i, i)
+            EpisodeSlot(marl.make(scenario, agents=names), seed + batch * envs + i, i, i)
             for i in range(envs)
         ]
         for slot in slots:
             slot.env.reset, slot.env.step = timed(slot.env.reset), timed(slot.env.step)
         result = run_episodes(slots, backends, policy_of, sampling, seed)
         turns += len(result.turns)
+        prompt_tokens += sum(len(t.prompt_ids) for t in result.turns)
     wall = time.perf_counter() - began
     ENV_SHARE.setdefault(f"{mode}/{agents}", []).append(in_env[0] / wall)
+    for phase, seconds in forward.items():
+        PHASES.setdefault(f"{mode}/{agents}", {}).setdefault(phase, []).append(
+            seconds / max(1, turns)
+        )
+    PROMPT_TOKENS[f"{mode}/{agents}"] = prompt_tokens / max(1, turns)
     return wall / max(1, turns)
 
 
 ENV_SHARE: dict[str, list[float]] = {}  # point -> share of its wall time in reset/step, per run
+PROMPT_TOKENS: dict[str, float] = {}  # point -> prompt tokens per agent turn
+PHASES: dict[str, dict[str, list[float]]] = {}  # point -> prefill/decode -> seconds a turn, per run
+
+
+def time_forwards(backends: Any) -> dict[str, float]:
+    """Add up the wall seconds of every forward pass of the backends' models: ``prefill``
+    (more than one new token a row) and ``decode`` (one). Returns the running totals."""
+    totals = {"prefill": 0.0, "decode": 0.0}
+    models = {}
+    for backend in backends:
+        model = getattr(backend, "model", None)
+        if model is not None:  # the transformers model inside a peft wrapper, which runs it
+            model = model.get_base_model() if hasattr(model, "get_base_model") else model
+            models[id(model)] = model
+    for model in models.values():
+        began: list[tuple[str, float]] = []
+
+        def before(module: Any, args: Any, kwargs: Any, began: list = began) -> None:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            phase = "decode" if ids is not None and ids.shape[1] == 1 else "prefill"
+            began.append((phase, time.perf_counter()))
+
+        def after(module: Any, args: Any, kwargs: Any, out: Any, began: list = began) -> None:
+            phase, start = began.pop()
+            totals[phase] += time.perf_counter() - start
+
+        model.register_forward_pre_hook(before, with_kwargs=True)
+        model.register_forward_hook(after, with_kwargs=True)
+    return totals
 
 
 def llm_main(args: argparse.Namespace) -> None:
-    """The ``--model tiny`` sweep (see the module docstring)."""
+    """The ``--model tiny`` / ``--model embedded`` sweep (see the module docstring)."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     state = machine()
-    rounds_per_episode = marl.make(SCENARIO).spec.rounds
-    modes = ("shared", "lora", "lora-separate")
+    rounds_per_episode = marl.make(args.scenario).spec.rounds
+    modes = tuple(args.modes)
     points = {
         f"{mode}/{n}": (
             lambda mode=mode, n=n: llm_seconds_per_turn(
-                mode, n, args.envs, max(1, round(args.turns / (n * args.envs * rounds_per_episode)))
+                mode, n, args.envs,
+                max(1, round(args.turns / (n * args.envs * rounds_per_episode))),
+                model=args.model, dtype=args.dtype, scenario=args.scenario,
             )
         )
         for mode in modes
@@ -213,24 +267,36 @@ def llm_main(args: argparse.Namespace) -> None:
     for mode in modes:
         for n in args.agents:
             r = measured[f"{mode}/{n}"]
+            phases = {k: statistics.median(v) * 1e3 for k, v in PHASES[f"{mode}/{n}"].items()}
             summary.append(
                 row(f"{mode}: {n} agents, per turn", r["median"] * 1e3, "ms",
-                    f"min {r['min'] * 1e3:.2f}")
+                    f"min {r['min'] * 1e3:.2f}; {PROMPT_TOKENS[f'{mode}/{n}']:.0f} prompt "
+                    f"tokens a turn; prefill {phases['prefill']:.1f} ms, decoding "
+                    f"{phases['decode']:.1f} ms a turn")
             )
         ratio = measured[f"{mode}/{hi}"]["median"] / measured[f"{mode}/{lo}"]["median"]
+        bound = statistics.median(PHASES[f"{mode}/{hi}"]["prefill"]) / measured[
+            f"{mode}/{lo}"]["median"]
         summary.append(row(f"{mode}: {hi} vs {lo} agents", ratio, "x",
-                           f"goal <= 0.4: {'met' if ratio <= 0.4 else 'NOT met'}"))
-    for n in args.agents:
-        ratio = measured[f"lora-separate/{n}"]["median"] / measured[f"lora/{n}"]["median"]
-        summary.append(row(f"lora, {n} agents: one call per adapter vs one call", ratio, "x"))
+                           f"goal <= 0.4: {'met' if ratio <= 0.4 else 'NOT met'}; with free "
+                           f"decoding at {hi} agents it would still be {bound:.2f}x (prefill)"))
+    if {"lora", "lora-separate"} <= set(modes):
+        for n in args.agents:
+            ratio = measured[f"lora-separate/{n}"]["median"] / measured[f"lora/{n}"]["median"]
+            summary.append(row(f"lora, {n} agents: one call per adapter vs one call", ratio, "x"))
     shares = [v for values in ENV_SHARE.values() for v in values]
     summary.append(row("environment + protocol share of the wall time", max(shares) * 100, "%",
                        f"largest over all points; median {statistics.median(shares) * 100:.2f}%"
                        " (goal < 1%)"))
     summary.append(row("load average at start", state["load_average"][0], "",
-                       f"after {state['load_average_after'][0]:.2f}; {args.envs} envs"))
-    write("growth_llm", {"args": vars(args), "results": measured, "env_share": ENV_SHARE,
-                         "machine": state}, summary)
+                       f"after {state['load_average_after'][0]:.2f}; {args.envs} envs; "
+                       f"{args.model} {args.dtype}, {args.threads} thread(s)"))
+    name = "growth_llm" if args.model == "tiny" else f"growth_{args.model}"
+    if args.scenario != SCENARIO:
+        name += f"_{args.scenario.split('-v')[0].replace('-', '_')}"
+    write(name, {"args": vars(args), "results": measured, "env_share": ENV_SHARE,
+                 "prompt_tokens_per_turn": PROMPT_TOKENS, "seconds_per_turn_by_phase": PHASES,
+                 "machine": state}, summary)
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -280,10 +346,15 @@ def main() -> None:
                    help="about this many agent turns per point")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokenizer", choices=("tiny", "embedded"), default="tiny")
-    p.add_argument("--model", choices=("scripted", "tiny"), default="scripted",
-                   help="tiny: LLM turns of the tiny test model (module docstring)")
+    p.add_argument("--model", choices=("scripted", "tiny", "embedded"), default="scripted",
+                   help="tiny / embedded: LLM turns of the tiny test model or SmolLM2")
+    p.add_argument("--dtype", default="float32", help="the model's dtype (LLM sweeps)")
+    p.add_argument("--scenario", default=SCENARIO, help="the scenario (LLM sweeps)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (LLM sweeps)")
+    p.add_argument("--modes", nargs="+", default=["shared", "lora", "lora-separate"],
+                   choices=("shared", "lora", "lora-separate"), help="LLM sweeps")
     args = p.parse_args()
-    if args.model == "tiny":
+    if args.model != "scripted":
         llm_main(args)
         return
     tokenizer = _tokenizer(args.tokenizer)

@@ -36,8 +36,8 @@ def one_thread():
 
 def config(**overrides: object) -> dict:
     """Unison with four agents and short prompts: a step takes about a second."""
-    # Zero cooperation gives every agent's return its own spread; with seed 1 each agent's group
-    # has unequal returns at step 0, so every policy has something to learn from.
+    # Zero cooperation gives every agent's return its own spread, so that every policy soon has
+    # something to learn from (see _rollout_with_signal).
     scenario = {"system_prompt": "", "agents": AGENTS, "reward": {"cooperation": 0.0}}
     base = {
         "scenario": {"name": "unison", "overrides": scenario},
@@ -212,6 +212,17 @@ def mixed_runtime():
     runtime.close()
 
 
+def _rollout_with_signal(loaded, runtime):
+    """The first rollout (of steps 0-7) in which agents a, b and c each have a turn with a
+    nonzero advantage, so that every trained policy has something to learn from."""
+    for step in range(8):
+        rollout = runtime.rollout(step)
+        credit_phase(loaded.credit, rollout, None, loaded.algo.advantage)
+        if all(any(t.advantage != 0 for t in rollout.turns if t.agent == a) for a in "abc"):
+            return rollout
+    raise AssertionError("nothing to learn in 8 rollouts")
+
+
 def test_each_policy_learns_only_from_its_agents(mixed_runtime) -> None:
     loaded, runtime = mixed_runtime
     backends = runtime.worker.policies.backends
@@ -219,11 +230,9 @@ def test_each_policy_learns_only_from_its_agents(mixed_runtime) -> None:
         pid: {k: v.clone() for k, v in backends[pid].model.state_dict().items()}
         for pid in ("team", "opponent")
     }
-    rollout = runtime.rollout(0)
-    credit_phase(loaded.credit, rollout, None, loaded.algo.advantage)
+    rollout = _rollout_with_signal(loaded, runtime)
     by_agent = {a: [t for t in rollout.turns if t.agent == a] for a in AGENTS}
     assert {t.policy_id for t in by_agent["a"] + by_agent["b"]} == {"team"}
-    assert all(any(t.advantage != 0 for t in by_agent[a]) for a in "abc"), "nothing to learn"
     # a fresh learner given exactly the team's agents' turns must end where the runtime's does
     team = runtime.plan.policies["team"]
     reference = PolicyLearner(team, loaded)

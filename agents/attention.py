@@ -1,0 +1,79 @@
+"""Attention for decoding on a CPU: the fast kernel whether or not the batch is padded.
+
+While decoding, each row has one query token. transformers' ``sdpa`` attention then takes one of
+two paths for a model whose query heads share key/value heads (grouped-query attention, as in
+SmolLM2: 9 query heads on 3 key/value heads). With a padding mask it folds a key/value head's
+query heads into a few query rows (``pack_gqa``). With no mask, when every row of the batch has
+the same length, it passes ``enable_gqa=True`` instead. On this CPU, in bfloat16, that second
+kernel is 5 to 7 times slower: 2.6 ms against 0.4 ms a layer for 16 rows of 300 tokens, about
+half of a 16-row decoding step (``bench/decode_step.py``). Equal-length batches are common in
+GRPO: the G episodes of a group often show an agent prompts of the same length.
+
+:func:`use_cpu_decode_attention` installs an attention function that folds the heads on every
+decoding step and otherwise calls transformers' own ``sdpa`` function unchanged. Prefill and
+training are untouched; so is any model not on ``sdpa``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+CPU_DECODE_ATTENTION = "marl_cpu_decode_sdpa"
+
+
+def cpu_decode_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function contract: ``query`` (B, H, Q, D), ``key`` and ``value``
+    (B, H_kv, K, D), ``attention_mask`` None or (B, 1, Q, K); returns ((B, Q, H, D), None)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    batch, heads, q_len, dim = query.shape
+    foldable = (
+        q_len == 1
+        and groups > 1
+        and query.device.type == "cpu"
+        and (attention_mask is None or attention_mask.shape[1] == 1)
+        and kwargs.get("position_bias") is None
+        and kwargs.get("softcap") is None
+    )
+    if not foldable:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    folded = query.reshape(batch, heads // groups, groups, dim)  # (B, H_kv, G, D)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        folded, key, value, attn_mask=attention_mask, scale=scaling
+    )  # (B, H_kv, G, D); the mask (B, 1, 1, K) broadcasts over the G folded heads
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None  # (B, 1, H, D)
+
+
+def _register() -> None:
+    """Make :data:`CPU_DECODE_ATTENTION` a name transformers knows, with ``sdpa``'s masks."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(CPU_DECODE_ATTENTION, cpu_decode_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(CPU_DECODE_ATTENTION, sdpa_mask)
+
+
+def use_cpu_decode_attention(model: nn.Module) -> nn.Module:
+    """Switch a transformers model from ``sdpa`` to :func:`cpu_decode_attention`, in place (a
+    model on any other attention implementation is left alone). Returns the model."""
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return model
+    _register()
+    model.set_attn_implementation(CPU_DECODE_ATTENTION)
+    return model

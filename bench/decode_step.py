@@ -1,0 +1,117 @@
+"""One decoding step of the HF backend: as it is, against how it decoded before.
+
+Before: transformers' ``sdpa`` attention (on a batch with no padding it passes ``enable_gqa`` to
+a kernel that is slow in bfloat16 on this CPU) and transformers' sampling (``torch.multinomial``,
+an exponential variate per vocabulary entry). Now: :mod:`marl.agents.attention` folds the query
+heads on every decoding step, and the backend's last logits processor draws the token by
+inverting the cumulative distribution. "Before" is rebuilt in this process: the model is set
+back to ``sdpa`` and generation back to ``do_sample=True``; the processor then hands transformers
+a distribution with one token left, so the same tokens come out and the cost is the old one.
+
+Batches of 2 and 16 rows of about 300 prompt tokens (SmolLM2's vocabulary, random ids), with
+equal lengths (no padding: the ``enable_gqa`` path) and with lengths 250-350 (padded). A step's
+time is ``(generate of 49 tokens - generate of 1 token) / 48``. The contenders alternate;
+``--rounds`` rounds; median and minimum. Writes ``bench/results/decode_step.json``.
+
+    .venv/bin/python bench/decode_step.py [--model tiny] [--threads 2] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import alternate, machine, row, timed, write  # noqa: E402
+
+from marl.agents.attention import CPU_DECODE_ATTENTION  # noqa: E402
+from marl.agents.backends import SamplingConfig  # noqa: E402
+from marl.agents.backends.hf import HFBackend  # noqa: E402
+
+
+class BeforeBackend(HFBackend):
+    """The backend with transformers' own sampling step after our processors (as before)."""
+
+    def _generation_config(self, sampling: SamplingConfig) -> Any:
+        config = super()._generation_config(sampling)
+        config.do_sample = sampling.temperature > 0
+        config.temperature, config.top_p, config.top_k = 1.0, 1.0, 0
+        return config
+
+
+def step_seconds(backend: HFBackend, prompts: list[list[int]], attention: str) -> float:
+    """Seconds per decoding step of one batch, with ``attention`` set on the model."""
+    backend.model.set_attn_implementation(attention)
+    one = SamplingConfig(max_new_tokens=1, temperature=1.0)
+    many = SamplingConfig(max_new_tokens=49, temperature=1.0)
+    # stop tokens would end rows early; random ids rarely hit one, and both sides see the same
+    return (
+        timed(lambda: backend.generate(prompts, many, seed=0))
+        - timed(lambda: backend.generate(prompts, one, seed=0))
+    ) / 48
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=("embedded", "tiny"), default="embedded")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rows", nargs="+", type=int, default=[2, 16])
+    args = p.parse_args()
+    import torch
+
+    from marl.agents.models import ModelSpec, load_model
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(ModelSpec(kind=args.model, dtype=args.dtype))
+    now = HFBackend(model, tokenizer)
+    before = BeforeBackend(model, tokenizer)  # the same model object: only the config differs
+    rng = random.Random(0)
+    vocab = len(tokenizer)
+    batches = {}
+    for rows in args.rows:
+        batches[f"{rows} rows, equal lengths"] = [
+            [rng.randrange(100, vocab - 100) for _ in range(300)] for _ in range(rows)
+        ]
+        batches[f"{rows} rows, padded"] = [
+            [rng.randrange(100, vocab - 100) for _ in range(rng.randrange(250, 351))]
+            for _ in range(rows)
+        ]
+    state = machine()
+    contenders = {}
+    for name, prompts in batches.items():
+        contenders[f"{name}/before"] = lambda p=prompts: step_seconds(before, p, "sdpa")
+        contenders[f"{name}/now"] = lambda p=prompts: step_seconds(now, p, CPU_DECODE_ATTENTION)
+    measured = alternate(contenders, args.rounds)
+    state["load_average_after"] = machine()["load_average"]
+    summary = []
+    for name in batches:
+        old, new = measured[f"{name}/before"], measured[f"{name}/now"]
+        summary.append(
+            row(
+                f"decoding step, {name}: before vs now",
+                f"{old['median'] * 1e3:.1f} vs {new['median'] * 1e3:.1f}",
+                "ms",
+                f"{old['median'] / new['median']:.2f}x; min {old['min'] * 1e3:.1f} vs "
+                f"{new['min'] * 1e3:.1f}",
+            )
+        )
+    summary.append(
+        row(
+            "load average at start",
+            state["load_average"][0],
+            "",
+            f"after {state['load_average_after'][0]:.2f}; {args.model} "
+            f"{args.dtype}, {args.threads} threads",
+        )
+    )
+    write("decode_step", {"args": vars(args), "results": measured, "machine": state}, summary)
+
+
+if __name__ == "__main__":
+    main()
