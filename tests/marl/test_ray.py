@@ -106,9 +106,22 @@ def test_ray_rollout_equals_the_single_process_one(runtime) -> None:
     assert here.returns == there.returns
 
 
+def _step_with_signal(loaded, rt, policies: tuple[str, ...], first: int = 0):
+    """The first step's rollout (of ``first`` .. ``first + 7``) that gives each of
+    ``policies`` something to learn: a turn with a nonzero advantage (a group with unequal
+    returns). Which step that is depends on what was sampled."""
+    for step in range(first, first + 8):
+        rollout = _step(loaded, rt, step)
+        if all(
+            any(t.advantage != 0 for t in rollout.turns if t.policy_id == pid) for pid in policies
+        ):
+            return rollout
+    pytest.fail(f"no step in {first}..{first + 7} gave {policies} a nonzero advantage")
+
+
 def test_new_weights_reach_the_rollout_side_before_the_next_rollout(runtime) -> None:
     loaded, rt = runtime
-    rollout = _step(loaded, rt, 0)
+    rollout = _step_with_signal(loaded, rt, ("team", "own"))
     turns = {pid: next(t for t in rollout.turns if t.policy_id == pid) for pid in ("team", "own")}
 
     def through_rollout(pid: str) -> list[float]:
@@ -132,17 +145,8 @@ def test_new_weights_reach_the_rollout_side_before_the_next_rollout(runtime) -> 
 
 def test_independent_learners_update_concurrently(runtime) -> None:
     loaded, rt = runtime
-    # a step that gives every learner something to learn (a group with unequal returns): an
-    # update whose advantages are all zero is over at once and cannot overlap anything
-    for step in range(1, 8):
-        rollout = _step(loaded, rt, step)
-        if all(
-            any(t.advantage != 0 for t in rollout.turns if t.policy_id == pid)
-            for pid in rt.learners
-        ):
-            break
-    else:
-        pytest.fail("no step in 1..7 gave every learner a nonzero advantage")
+    # an update whose advantages are all zero is over at once and cannot overlap anything
+    rollout = _step_with_signal(loaded, rt, tuple(rt.learners), first=1)
     rt.update(rollout.turns)
     windows = [info["update_window"] for info in rt.placement()["learners"].values()]
     (s1, e1), (s2, e2) = windows
