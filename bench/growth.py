@@ -29,10 +29,14 @@ round: how ``lora`` ran before). Writes ``bench/results/growth_llm.json``.
     OMP_NUM_THREADS=1 nice -n 19 taskset -c 1 .venv/bin/python bench/growth.py --model tiny
 
 ``--model embedded`` does the same with SmolLM2-135M (``--dtype bfloat16 --threads 2`` as in
-``make run``) and writes ``bench/results/growth_embedded.json``. Each row also gives the prompt
-tokens per turn: with a complete graph every agent reads every other agent's messages, so a
-turn's prompt grows with the agents, and on a CPU its prefill is bound by arithmetic, which
-batching cannot share.
+``make run``) and writes ``bench/results/growth_embedded.json``; ``--sweeps envs`` sweeps
+parallel environments of 4 agents instead (``growth_embedded_envs.json``), and
+``growth_embedded.png`` draws both. In the LLM sweeps replies start with the head their turn
+needs (``SAY:`` / ``ACTION:``, as in ``make run``). Each row also gives the prompt tokens per
+turn, the share of turns whose prompt no other turn of its round repeats (a repeated prompt is
+prefilled once), and the turn's time in prefill and in decoding: with a complete graph every
+agent reads every other agent's messages, so a turn's prompt grows with the agents, and on a
+CPU its prefill is bound by arithmetic, which batching cannot share.
 
     .venv/bin/python bench/growth.py --model embedded --dtype bfloat16 --threads 2 \\
         --envs 1 --turns 64 --modes shared lora
@@ -165,17 +169,19 @@ def llm_policies(
 
 def llm_seconds_per_turn(
     mode: str, agents: int, envs: int, episodes: int, seed: int = 0,
-    model: str = "tiny", dtype: str = "float32", scenario: str = SCENARIO,
+    model: str = "tiny", dtype: str = "float32", scenario: str = SCENARIO, key: str = "",
 ) -> float:
     """Wall seconds per agent turn of ``episodes`` batches of ``envs`` environments, ``model``
-    generating (16 new tokens a reply); building the policies is not timed. The share of that
-    time spent in the environments' ``reset`` and ``step`` goes to ``ENV_SHARE``, and the
-    prompt tokens per turn to ``PROMPT_TOKENS``."""
+    generating (16 new tokens a reply); building the policies is not timed. Under ``key``
+    (default ``mode/agents``): the share of that time spent in the environments' ``reset`` and
+    ``step`` goes to ``ENV_SHARE``, the prompt tokens per turn to ``PROMPT_TOKENS`` and the
+    forward passes' seconds per turn to ``PHASES``."""
+    key = key or f"{mode}/{agents}"
     backends, policy_of = llm_policies(mode, agents, model, dtype, scenario)
     forward = time_forwards(backends.values())
     names = [f"p{i}" for i in range(agents)]
     sampling = SamplingConfig(max_new_tokens=16)
-    turns = prompt_tokens = 0
+    turns = prompt_tokens = distinct = 0  # distinct: prompts not repeated within their round
     in_env = [0.0]  # seconds inside the environments' reset and step (environment + protocol)
 
     def timed(method: Any) -> Any:
@@ -196,21 +202,28 @@ def llm_seconds_per_turn(
         ]
         for slot in slots:
             slot.env.reset, slot.env.step = timed(slot.env.reset), timed(slot.env.step)
-        result = run_episodes(slots, backends, policy_of, sampling, seed)
+        # replies start with the head their turn needs (SAY:/ACTION:), as in make run: a base
+        # model's free-form replies rarely parse, and then every environment shows its agents
+        # the same prompts, which the shared prefill would run once
+        result = run_episodes(slots, backends, policy_of, sampling, seed, response_prefix=True)
         turns += len(result.turns)
         prompt_tokens += sum(len(t.prompt_ids) for t in result.turns)
+        rounds: dict[int, set[tuple[int, ...]]] = {}
+        for t in result.turns:
+            rounds.setdefault(t.round, set()).add(tuple(t.prompt_ids))
+        distinct += sum(len(p) for p in rounds.values())
     wall = time.perf_counter() - began
-    ENV_SHARE.setdefault(f"{mode}/{agents}", []).append(in_env[0] / wall)
+    ENV_SHARE.setdefault(key, []).append(in_env[0] / wall)
     for phase, seconds in forward.items():
-        PHASES.setdefault(f"{mode}/{agents}", {}).setdefault(phase, []).append(
-            seconds / max(1, turns)
-        )
-    PROMPT_TOKENS[f"{mode}/{agents}"] = prompt_tokens / max(1, turns)
+        PHASES.setdefault(key, {}).setdefault(phase, []).append(seconds / max(1, turns))
+    PROMPT_TOKENS[key] = prompt_tokens / max(1, turns)
+    DISTINCT[key] = distinct / max(1, turns)
     return wall / max(1, turns)
 
 
 ENV_SHARE: dict[str, list[float]] = {}  # point -> share of its wall time in reset/step, per run
 PROMPT_TOKENS: dict[str, float] = {}  # point -> prompt tokens per agent turn
+DISTINCT: dict[str, float] = {}  # point -> share of turns whose prompt is not repeated that round
 PHASES: dict[str, dict[str, list[float]]] = {}  # point -> prefill/decode -> seconds a turn, per run
 
 
@@ -242,48 +255,59 @@ def time_forwards(backends: Any) -> dict[str, float]:
 
 
 def llm_main(args: argparse.Namespace) -> None:
-    """The ``--model tiny`` / ``--model embedded`` sweep (see the module docstring)."""
+    """The ``--model tiny`` / ``--model embedded`` sweeps (see the module docstring)."""
     import torch
 
     torch.set_num_threads(args.threads)
     state = machine()
     rounds_per_episode = marl.make(args.scenario).spec.rounds
-    modes = tuple(args.modes)
-    points = {
-        f"{mode}/{n}": (
-            lambda mode=mode, n=n: llm_seconds_per_turn(
-                mode, n, args.envs,
-                max(1, round(args.turns / (n * args.envs * rounds_per_episode))),
-                model=args.model, dtype=args.dtype, scenario=args.scenario,
-            )
+
+    def point(mode: str, agents: int, envs: int, key: str) -> Any:
+        episodes = max(1, round(args.turns / (agents * envs * rounds_per_episode)))
+        return lambda: llm_seconds_per_turn(
+            mode, agents, envs, episodes, model=args.model, dtype=args.dtype,
+            scenario=args.scenario, key=key,
         )
-        for mode in modes
-        for n in args.agents
-    }
+
+    modes = tuple(args.modes)
+    points = {}
+    if "agents" in args.sweeps:
+        points.update({f"{m}/{n}": point(m, n, args.envs, f"{m}/{n}") for m in modes
+                       for n in args.agents})
+    if "envs" in args.sweeps:  # the first mode, 4 agents
+        points.update({f"{modes[0]}/4/envs{e}": point(modes[0], 4, e, f"{modes[0]}/4/envs{e}")
+                       for e in args.env_counts})
     measured = alternate(points, args.rounds)
     state["load_average_after"] = machine()["load_average"]
+
+    def figure(key: str, label: str) -> dict[str, Any]:
+        r = measured[key]
+        phases = {k: statistics.median(v) * 1e3 for k, v in PHASES[key].items()}
+        return row(label, r["median"] * 1e3, "ms",
+                   f"min {r['min'] * 1e3:.2f}; {PROMPT_TOKENS[key]:.0f} prompt tokens a turn, "
+                   f"{DISTINCT[key]:.0%} distinct; "
+                   f"prefill {phases['prefill']:.1f} ms, decoding {phases['decode']:.1f} ms a turn")
+
     summary = []
-    lo, hi = min(args.agents), max(args.agents)
-    for mode in modes:
-        for n in args.agents:
-            r = measured[f"{mode}/{n}"]
-            phases = {k: statistics.median(v) * 1e3 for k, v in PHASES[f"{mode}/{n}"].items()}
-            summary.append(
-                row(f"{mode}: {n} agents, per turn", r["median"] * 1e3, "ms",
-                    f"min {r['min'] * 1e3:.2f}; {PROMPT_TOKENS[f'{mode}/{n}']:.0f} prompt "
-                    f"tokens a turn; prefill {phases['prefill']:.1f} ms, decoding "
-                    f"{phases['decode']:.1f} ms a turn")
-            )
-        ratio = measured[f"{mode}/{hi}"]["median"] / measured[f"{mode}/{lo}"]["median"]
-        bound = statistics.median(PHASES[f"{mode}/{hi}"]["prefill"]) / measured[
-            f"{mode}/{lo}"]["median"]
-        summary.append(row(f"{mode}: {hi} vs {lo} agents", ratio, "x",
-                           f"goal <= 0.4: {'met' if ratio <= 0.4 else 'NOT met'}; with free "
-                           f"decoding at {hi} agents it would still be {bound:.2f}x (prefill)"))
-    if {"lora", "lora-separate"} <= set(modes):
-        for n in args.agents:
-            ratio = measured[f"lora-separate/{n}"]["median"] / measured[f"lora/{n}"]["median"]
-            summary.append(row(f"lora, {n} agents: one call per adapter vs one call", ratio, "x"))
+    if "agents" in args.sweeps:
+        lo, hi = min(args.agents), max(args.agents)
+        for mode in modes:
+            summary += [figure(f"{mode}/{n}", f"{mode}: {n} agents, per turn") for n in args.agents]
+            ratio = measured[f"{mode}/{hi}"]["median"] / measured[f"{mode}/{lo}"]["median"]
+            bound = statistics.median(PHASES[f"{mode}/{hi}"]["prefill"]) / measured[
+                f"{mode}/{lo}"]["median"]
+            summary.append(row(
+                f"{mode}: {hi} vs {lo} agents", ratio, "x",
+                f"goal <= 0.4: {'met' if ratio <= 0.4 else 'NOT met'}; with free decoding at "
+                f"{hi} agents it would still be {bound:.2f}x (its prefill)"))
+        if {"lora", "lora-separate"} <= set(modes):
+            for n in args.agents:
+                ratio = measured[f"lora-separate/{n}"]["median"] / measured[f"lora/{n}"]["median"]
+                summary.append(row(f"lora, {n} agents: one call per adapter vs one call", ratio,
+                                   "x"))
+    if "envs" in args.sweeps:
+        summary += [figure(f"{modes[0]}/4/envs{e}", f"{modes[0]}: 4 agents x {e} envs, per turn")
+                    for e in args.env_counts]
     shares = [v for values in ENV_SHARE.values() for v in values]
     summary.append(row("environment + protocol share of the wall time", max(shares) * 100, "%",
                        f"largest over all points; median {statistics.median(shares) * 100:.2f}%"
@@ -294,9 +318,61 @@ def llm_main(args: argparse.Namespace) -> None:
     name = "growth_llm" if args.model == "tiny" else f"growth_{args.model}"
     if args.scenario != SCENARIO:
         name += f"_{args.scenario.split('-v')[0].replace('-', '_')}"
+    if args.sweeps == ["envs"]:
+        name += "_envs"
     write(name, {"args": vars(args), "results": measured, "env_share": ENV_SHARE,
-                 "prompt_tokens_per_turn": PROMPT_TOKENS, "seconds_per_turn_by_phase": PHASES,
+                 "prompt_tokens_per_turn": PROMPT_TOKENS, "distinct_prompt_share": DISTINCT,
+                 "seconds_per_turn_by_phase": PHASES,
                  "machine": state}, summary)
+    if args.scenario == SCENARIO:
+        plot_llm(RESULTS / f"growth_{args.model}.png", args.model)
+
+
+def plot_llm(path: Path, model: str, scenario: str = SCENARIO) -> None:
+    """Time per agent turn, and its prefill and decoding parts, against agents and against
+    parallel environments: from ``growth_<model>.json`` and ``growth_<model>_envs.json``,
+    whichever exist."""
+    import json
+
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, suffix, xlabel in ((axes[0], "", "agents in one scenario"),
+                               (axes[1], "_envs", "parallel environments of 4 agents")):
+        source = RESULTS / f"growth_{model}{suffix}.json"
+        if not source.exists():
+            ax.set_title(f"not measured: {source.name}")
+            continue
+        data = json.loads(source.read_text())
+        lines: dict[str, list[tuple[int, str]]] = {}
+        for key in data["results"]:
+            parts = key.split("/")
+            x = int(parts[2][4:]) if suffix else int(parts[1])
+            lines.setdefault(parts[0], []).append((x, key))
+        for (mode, keys), color in zip(sorted(lines.items()), ("C0", "C1", "C2"), strict=False):
+            keys.sort()
+            xs = [x for x, _ in keys]
+            ax.plot(xs, [data["results"][k]["median"] * 1e3 for _, k in keys], "o-",
+                    color=color, label=f"{mode}: per turn")
+            for phase, style in (("prefill", "--"), ("decode", ":")):
+                ys = [statistics.median(data["seconds_per_turn_by_phase"][k][phase]) * 1e3
+                      for _, k in keys]
+                ax.plot(xs, ys, style, color=color, label=f"{mode}: {phase}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set(xlabel=xlabel, ylabel="ms per agent turn", ylim=(0, None))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    name = "SmolLM2-135M" if model == "embedded" else f"the {model} model"
+    fig.suptitle(f"{scenario}, {name} generating up to 16 tokens a turn: time per agent turn")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -351,6 +427,8 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", help="the model's dtype (LLM sweeps)")
     p.add_argument("--scenario", default=SCENARIO, help="the scenario (LLM sweeps)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (LLM sweeps)")
+    p.add_argument("--sweeps", nargs="+", default=["agents"], choices=("agents", "envs"),
+                   help="LLM sweeps: agents (--agents, --envs), envs (--env-counts, 4 agents)")
     p.add_argument("--modes", nargs="+", default=["shared", "lora", "lora-separate"],
                    choices=("shared", "lora", "lora-separate"), help="LLM sweeps")
     args = p.parse_args()

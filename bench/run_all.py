@@ -41,6 +41,7 @@ BENCHES: list[tuple[str, str, tuple[str, ...], bool, list[str]]] = [
     ("ray_vs_sequential.py", "ray_vs_sequential", (), False, ["--model", "tiny"]),
     ("rollout_throughput.py", "rollout_throughput", ("vllm",), False, []),
     ("trl_vs_marl.py", "trl_vs_marl", ("trl", "embedded"), False, []),
+    ("decode_step.py", "decode_step", ("embedded",), False, []),
 ]
 
 

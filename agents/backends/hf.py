@@ -414,7 +414,10 @@ def sample_inverse_cdf(logp: torch.Tensor) -> torch.Tensor:
     cdf = logp.double().exp().cumsum(dim=-1)  # (R, V), float64: no drift over 49k entries
     draw = torch.rand(logp.shape[0], 1, dtype=torch.float64, device=logp.device)  # (R, 1)
     chosen = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True).squeeze(-1)  # (R,)
-    return chosen.clamp_(max=logp.shape[-1] - 1)
+    # a draw that rounds up to the total would fall past the end: take the last token with any
+    # probability (the first index where the cdf reaches its total), never a filtered one
+    last = (cdf < cdf[:, -1:]).sum(dim=-1)  # (R,)
+    return torch.minimum(chosen, last)
 
 
 @contextmanager

@@ -99,3 +99,9 @@ def test_a_model_on_another_attention_is_left_alone() -> None:
     assert use_cpu_decode_attention(fresh.model).config._attn_implementation == (
         CPU_DECODE_ATTENTION
     )
+
+
+def test_a_draw_at_the_very_top_takes_the_last_token_with_probability(monkeypatch) -> None:
+    logp = PROBS.log().expand(3, -1)  # (R, V): token 4 has probability 0
+    monkeypatch.setattr(torch, "rand", lambda *shape, **kw: torch.ones(*shape, **kw))
+    assert sample_inverse_cdf(logp).tolist() == [3, 3, 3]  # never the filtered token 4
