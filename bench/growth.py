@@ -315,7 +315,8 @@ def llm_main(args: argparse.Namespace) -> None:
     summary.append(row("load average at start", state["load_average"][0], "",
                        f"after {state['load_average_after'][0]:.2f}; {args.envs} envs; "
                        f"{args.model} {args.dtype}, {args.threads} thread(s)"))
-    name = "growth_llm" if args.model == "tiny" else f"growth_{args.model}"
+    base = "growth_llm" if args.model == "tiny" else f"growth_{args.model}"
+    name = base
     if args.scenario != SCENARIO:
         name += f"_{args.scenario.split('-v')[0].replace('-', '_')}"
     if args.sweeps == ["envs"]:
@@ -325,13 +326,13 @@ def llm_main(args: argparse.Namespace) -> None:
                  "seconds_per_turn_by_phase": PHASES,
                  "machine": state}, summary)
     if args.scenario == SCENARIO:
-        plot_llm(RESULTS / f"growth_{args.model}.png", args.model)
+        plot_llm(base, args.model)
 
 
-def plot_llm(path: Path, model: str, scenario: str = SCENARIO) -> None:
+def plot_llm(base: str, model: str, scenario: str = SCENARIO) -> None:
     """Time per agent turn, and its prefill and decoding parts, against agents and against
-    parallel environments: from ``growth_<model>.json`` and ``growth_<model>_envs.json``,
-    whichever exist."""
+    parallel environments, into ``<base>.png``: from ``<base>.json`` and ``<base>_envs.json``
+    (under bench/results), whichever exist."""
     import json
 
     import matplotlib
@@ -343,7 +344,7 @@ def plot_llm(path: Path, model: str, scenario: str = SCENARIO) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, suffix, xlabel in ((axes[0], "", "agents in one scenario"),
                                (axes[1], "_envs", "parallel environments of 4 agents")):
-        source = RESULTS / f"growth_{model}{suffix}.json"
+        source = RESULTS / f"{base}{suffix}.json"
         if not source.exists():
             ax.set_title(f"not measured: {source.name}")
             continue
@@ -358,10 +359,11 @@ def plot_llm(path: Path, model: str, scenario: str = SCENARIO) -> None:
             xs = [x for x, _ in keys]
             ax.plot(xs, [data["results"][k]["median"] * 1e3 for _, k in keys], "o-",
                     color=color, label=f"{mode}: per turn")
+            phases = data.get("seconds_per_turn_by_phase", {})  # absent from older results
             for phase, style in (("prefill", "--"), ("decode", ":")):
-                ys = [statistics.median(data["seconds_per_turn_by_phase"][k][phase]) * 1e3
-                      for _, k in keys]
-                ax.plot(xs, ys, style, color=color, label=f"{mode}: {phase}")
+                if all(k in phases for _, k in keys):
+                    ys = [statistics.median(phases[k][phase]) * 1e3 for _, k in keys]
+                    ax.plot(xs, ys, style, color=color, label=f"{mode}: {phase}")
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs)
         ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
@@ -371,7 +373,7 @@ def plot_llm(path: Path, model: str, scenario: str = SCENARIO) -> None:
     name = "SmolLM2-135M" if model == "embedded" else f"the {model} model"
     fig.suptitle(f"{scenario}, {name} generating up to 16 tokens a turn: time per agent turn")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(RESULTS / f"{base}.png", dpi=100)
     plt.close(fig)
 
 
