@@ -29,6 +29,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from marl.agents.models import transformers_model
+
 # Distinct prompts that share at least this many leading tokens (a system prompt) run that
 # prefix once: below it, the extra forward call costs more than the tokens it saves.
 MIN_SHARED_PREFIX = 16
@@ -404,8 +406,7 @@ def cache_rows(cache: Any, index: torch.Tensor) -> Any:
 def cache_keyword(model: nn.Module) -> str:
     """The forward keyword that takes a key/value cache: ``cache`` from transformers 5.24 on
     (``past_key_values`` is deprecated there), ``past_key_values`` before."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
-    params = inspect.signature(base.forward).parameters
+    params = inspect.signature(transformers_model(model).forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 

@@ -159,6 +159,12 @@ def with_lora(model: Any, config: Any, adapter_name: str) -> Any:
         return get_peft_model(model, config, adapter_name=adapter_name)
 
 
+def transformers_model(model: Any) -> Any:
+    """The transformers model itself: the one inside a peft wrapper (which runs it), or
+    ``model`` when it is not wrapped."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def contiguous_head_input(model: Any) -> Any:
     """Make the output layer's input contiguous before it runs (idempotent; returns ``model``).
 

@@ -59,6 +59,7 @@ from common import RESULTS, alternate, machine, quick, row, write  # noqa: E402
 
 import marl  # noqa: E402
 from marl.agents.backends import Generation, SamplingConfig  # noqa: E402
+from marl.agents.models import transformers_model  # noqa: E402
 from marl.rollout import EpisodeSlot, run_episodes  # noqa: E402
 from marl.scenarios.bots import random_bot  # noqa: E402
 
@@ -168,15 +169,14 @@ def llm_policies(
 
 
 def llm_seconds_per_turn(
-    mode: str, agents: int, envs: int, episodes: int, seed: int = 0,
-    model: str = "tiny", dtype: str = "float32", scenario: str = SCENARIO, key: str = "",
+    mode: str, agents: int, envs: int, episodes: int, key: str, seed: int = 0,
+    model: str = "tiny", dtype: str = "float32", scenario: str = SCENARIO,
 ) -> float:
     """Wall seconds per agent turn of ``episodes`` batches of ``envs`` environments, ``model``
     generating (16 new tokens a reply); building the policies is not timed. Under ``key``
-    (default ``mode/agents``): the share of that time spent in the environments' ``reset`` and
+    (the point's name): the share of that time spent in the environments' ``reset`` and
     ``step`` goes to ``ENV_SHARE``, the prompt tokens per turn to ``PROMPT_TOKENS`` and the
     forward passes' seconds per turn to ``PHASES``."""
-    key = key or f"{mode}/{agents}"
     backends, policy_of = llm_policies(mode, agents, model, dtype, scenario)
     forward = time_forwards(backends.values())
     names = [f"p{i}" for i in range(agents)]
@@ -234,8 +234,8 @@ def time_forwards(backends: Any) -> dict[str, float]:
     models = {}
     for backend in backends:
         model = getattr(backend, "model", None)
-        if model is not None:  # the transformers model inside a peft wrapper, which runs it
-            model = model.get_base_model() if hasattr(model, "get_base_model") else model
+        if model is not None:  # inside a peft wrapper, the model that runs
+            model = transformers_model(model)
             models[id(model)] = model
     for model in models.values():
         began: list[tuple[str, float]] = []
@@ -265,8 +265,8 @@ def llm_main(args: argparse.Namespace) -> None:
     def point(mode: str, agents: int, envs: int, key: str) -> Any:
         episodes = max(1, round(args.turns / (agents * envs * rounds_per_episode)))
         return lambda: llm_seconds_per_turn(
-            mode, agents, envs, episodes, model=args.model, dtype=args.dtype,
-            scenario=args.scenario, key=key,
+            mode, agents, envs, episodes, key, model=args.model, dtype=args.dtype,
+            scenario=args.scenario,
         )
 
     modes = tuple(args.modes)
@@ -329,6 +329,18 @@ def llm_main(args: argparse.Namespace) -> None:
         plot_llm(base, args.model)
 
 
+def _powers_of_two_axis(ax: Any, xs: Sequence[int], xlabel: str, ylabel: str) -> None:
+    """A log-2 x axis ticked at ``xs`` in plain numbers, a y axis from 0, a light grid."""
+    import matplotlib.ticker
+
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(xs))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+
+
 def plot_llm(base: str, model: str, scenario: str = SCENARIO) -> None:
     """Time per agent turn, and its prefill and decoding parts, against agents and against
     parallel environments, into ``<base>.png``: from ``<base>.json`` and ``<base>_envs.json``
@@ -336,7 +348,6 @@ def plot_llm(base: str, model: str, scenario: str = SCENARIO) -> None:
     import json
 
     import matplotlib
-    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -364,11 +375,7 @@ def plot_llm(base: str, model: str, scenario: str = SCENARIO) -> None:
                 if all(k in phases for _, k in keys):
                     ys = [statistics.median(phases[k][phase]) * 1e3 for _, k in keys]
                     ax.plot(xs, ys, style, color=color, label=f"{mode}: {phase}")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(xs)
-        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set(xlabel=xlabel, ylabel="ms per agent turn", ylim=(0, None))
-        ax.grid(alpha=0.3)
+        _powers_of_two_axis(ax, xs, xlabel, "ms per agent turn")
         ax.legend(fontsize=7)
     name = "SmolLM2-135M" if model == "embedded" else f"the {model} model"
     fig.suptitle(f"{scenario}, {name} generating up to 16 tokens a turn: time per agent turn")
@@ -380,7 +387,6 @@ def plot_llm(base: str, model: str, scenario: str = SCENARIO) -> None:
 def plot(results: dict[str, Any], path: Path) -> None:
     """Seconds per agent turn against agents and against parallel environments."""
     import matplotlib
-    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -390,23 +396,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
         xs = sorted(int(k) for k in points)
         ys = [points[str(x)]["median"] * 1e6 for x in xs]
         left.plot(xs, ys, marker="o", label=f"{topology} graph")
-    left.set_xscale("log", base=2)
-    left.set(xlabel="agents in one scenario", ylabel="µs per agent turn")
-    left.set_xticks(sorted({int(x) for pts in results["agents"].values() for x in pts}))
-    left.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    agents = sorted({int(x) for pts in results["agents"].values() for x in pts})
+    _powers_of_two_axis(left, agents, "agents in one scenario", "µs per agent turn")
     left.set_title(f"{results['envs_for_agents']} parallel environments")
     left.legend()
     points = results["envs"]
     xs = sorted(int(k) for k in points)
     right.plot(xs, [points[str(x)]["median"] * 1e6 for x in xs], marker="o")
-    right.set_xscale("log", base=2)
-    right.set(xlabel="parallel environments", ylabel="µs per agent turn")
-    right.set_xticks(xs)
-    right.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    _powers_of_two_axis(right, xs, "parallel environments", "µs per agent turn")
     right.set_title("4 agents, complete graph")
-    for ax in (left, right):
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
     fig.suptitle(f"{SCENARIO}, scripted agents: the platform's cost per agent turn")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -42,7 +42,13 @@ from marl.agents.logprobs import (
     common_prefix_length,
     output_cache,
 )
-from marl.agents.models import ModelSpec, contiguous_head_input, load_model, with_lora
+from marl.agents.models import (
+    ModelSpec,
+    contiguous_head_input,
+    load_model,
+    transformers_model,
+    with_lora,
+)
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
 
@@ -281,7 +287,7 @@ class HFBackend:
 
     def _base_parameters(self) -> dict[str, torch.Tensor]:
         """The base model's tensors by their plain (un-peft-wrapped) names."""
-        base = self.model.get_base_model() if self.adapters else self.model
+        base = transformers_model(self.model)
         out = {}
         for name, tensor in base.state_dict(keep_vars=True).items():
             if "lora_" in name:
@@ -414,10 +420,10 @@ def sample_inverse_cdf(logp: torch.Tensor) -> torch.Tensor:
     cdf = logp.double().exp().cumsum(dim=-1)  # (R, V), float64: no drift over 49k entries
     draw = torch.rand(logp.shape[0], 1, dtype=torch.float64, device=logp.device)  # (R, 1)
     chosen = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True).squeeze(-1)  # (R,)
-    # a draw that rounds up to the total would fall past the end: take the last token with any
-    # probability (the first index where the cdf reaches its total), never a filtered one
-    last = (cdf < cdf[:, -1:]).sum(dim=-1)  # (R,)
-    return torch.minimum(chosen, last)
+    past = chosen == logp.shape[-1]  # (R,): a draw that rounded up to the total (very rare)
+    if past.any():  # the last token with any probability: where the cdf first reaches its total
+        chosen[past] = (cdf[past] < cdf[past, -1:]).sum(dim=-1)
+    return chosen
 
 
 @contextmanager
