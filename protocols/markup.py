@@ -134,12 +134,16 @@ def parse_completion(completion: object, *, require_action: bool = True) -> Pars
 SAY_FORM = "`SAY:` and then your message"
 
 
-def markup_instructions(neighbours: list[str], needs_action: bool = True) -> str:
-    """The paragraph of the system prompt that teaches an agent the markup."""
-    if neighbours:
-        who = ", ".join(neighbours)
+def markup_instructions(can_message: bool, needs_action: bool = True) -> str:
+    """The paragraph of the system prompt that teaches an agent the markup.
+
+    It names nobody: who an agent can message is the observation's ``You can message:`` line.
+    So every agent that can talk gets the same system prompt, and the agents of a round share
+    its prefill (a system prompt that named each agent's contacts differed from its first
+    name on, which cost a 16-agent round 16 prefills of it)."""
+    if can_message:
         talk = (
-            f"You can send messages to: {who}.\n"
+            "Each observation says whom you can message. "
             f"To message all of them, write a line that starts with {SAY_FORM}; "
             "to message only some, start the line with `SAY @name @name:` instead."
         )

@@ -375,32 +375,36 @@ class TextScenarioEnv(ParallelEnv):
         role = self.spec.roles.get(agent, "")
         if role:
             parts.append(f"Your role ({agent}): {role.strip()}")
-        # the graph's neighbours, not this round's (muted rounds would change the prompt, and a
-        # system prompt that stays the same across rounds shares its prefix cache)
+        # whether the graph lets the agent talk at all, not this round's contacts (muted rounds
+        # would change the prompt, and a system prompt that stays the same across rounds and
+        # agents shares its prefill)
         graph = self._state.graph
-        contacts = sorted(graph.successors(agent)) if agent in graph else []
-        parts.append(markup_instructions(contacts) if self._state.rules else "")
+        can_message = agent in graph and graph.out_degree(agent) > 0
+        parts.append(markup_instructions(can_message) if self._state.rules else "")
         parts.append(tool_instructions(self.spec.tools))
         return "\n\n".join(p for p in parts if p)
 
     def _observation(self, agent: str, public: str, neighbours: list[str]) -> str:
         """``agent``'s observation; ``public`` is the rules' public state and ``neighbours`` the
-        agent's contacts this round (both computed once for all agents)."""
+        agent's contacts this round (both computed once for all agents).
+
+        What every agent sees comes first (the round, the public state, the events) and the
+        agent's own part after ``You are <agent>.``: the prompts of a round then share the
+        longest prefix, which the backends prefill once for all of them."""
         state = self._state
         rules = self.rules
-        lines = [f"You are {agent}."]
-        if state.done:
-            lines.append(f"The episode is over. Your total reward: {state.returns[agent]:.2f}.")
-        else:
-            lines.append(f"Round {state.round + 1} of {self.spec.rounds}.")
-        private = rules.private_info(agent)
-        if private:
-            lines.append(f"Private information: {private}")
+        lines = [] if state.done else [f"Round {state.round + 1} of {self.spec.rounds}."]
         if public:
             lines.append(f"Public state: {public}")
         if state.public_events:
             lines.append("Events:")
             lines += [f"  {event}" for event in state.public_events[-10:]]
+        lines.append(f"You are {agent}.")
+        if state.done:
+            lines.append(f"The episode is over. Your total reward: {state.returns[agent]:.2f}.")
+        private = rules.private_info(agent)
+        if private:
+            lines.append(f"Private information: {private}")
         if state.inbox[agent]:
             lines.append("Messages you received:")
             lines += [

@@ -110,11 +110,11 @@ def test_hostile_lines_parse_in_linear_time(line: str) -> None:
     assert time.perf_counter() - start < 0.5
 
 
-def test_markup_instructions_name_the_neighbours() -> None:
-    text = markup_instructions(["bob", "carol"])
-    assert "bob, carol" in text and "SAY @name" in text and "ACTION:" in text
-    assert "Nobody can receive" in markup_instructions([])
-    assert "ACTION" not in markup_instructions(["bob"], needs_action=False)
+def test_markup_instructions_teach_the_markup_and_name_nobody() -> None:
+    text = markup_instructions(True)
+    assert "SAY @name" in text and "ACTION:" in text and "whom you can message" in text
+    assert "Nobody can receive" in markup_instructions(False)
+    assert "ACTION" not in markup_instructions(True, needs_action=False)
 
 
 # --- fuzzing -----------------------------------------------------------------------------------

@@ -122,7 +122,22 @@ def test_observation_and_info_describe_what_the_agent_must_do() -> None:
     assert action_help in observations["listener"]
     assert "Round 2 of 2." in observations["speaker"]
     prompt = env.system_prompt("speaker")
-    assert "Your role (speaker):" in prompt and "You can send messages to: listener." in prompt
+    assert "Your role (speaker):" in prompt and "whom you can message" in prompt
+    assert "Nobody can receive messages from you." in env.system_prompt("listener")
+
+
+def test_a_rounds_prompts_share_everything_before_the_agents_own_part() -> None:
+    """The system prompt names no contact and the shared state comes before ``You are``: the
+    prompts of a round share that prefix, which the backends prefill once."""
+    names = [f"p{i}" for i in range(6)]
+    env = marl.make("majority-vote-v0", agents=names)
+    observations, _ = env.reset(seed=0)
+    assert len({env.system_prompt(a) for a in names}) == 1
+    shared = {o.split("You are ")[0] for o in observations.values()}
+    assert len(shared) == 1 and "Public state:" in shared.pop()
+    for agent, observation in observations.items():
+        own = observation.split(f"You are {agent}.")[1]
+        assert "Private information:" in own and "You can message:" in own
 
 
 def test_every_agent_ends_together_and_a_finished_episode_refuses_steps() -> None:
