@@ -217,6 +217,7 @@ def llm_seconds_per_turn(
     for phase, seconds in forward.items():
         PHASES.setdefault(key, {}).setdefault(phase, []).append(seconds / max(1, turns))
     PROMPT_TOKENS[key] = prompt_tokens / max(1, turns)
+    PREFILL_TOKENS[key] = PREFILLED[0] / max(1, turns)
     DISTINCT[key] = distinct / max(1, turns)
     return wall / max(1, turns)
 
@@ -225,12 +226,17 @@ ENV_SHARE: dict[str, list[float]] = {}  # point -> share of its wall time in res
 PROMPT_TOKENS: dict[str, float] = {}  # point -> prompt tokens per agent turn
 DISTINCT: dict[str, float] = {}  # point -> share of turns whose prompt is not repeated that round
 PHASES: dict[str, dict[str, list[float]]] = {}  # point -> prefill/decode -> seconds a turn, per run
+PREFILL_TOKENS: dict[str, float] = {}  # point -> positions prefilled per agent turn
+PREFILLED = [0]  # positions prefilled since time_forwards was called
 
 
 def time_forwards(backends: Any) -> dict[str, float]:
     """Add up the wall seconds of every forward pass of the backends' models: ``prefill``
-    (more than one new token a row) and ``decode`` (one). Returns the running totals."""
+    (more than one new token a row) and ``decode`` (one). Returns the running totals; the
+    positions the prefills computed (rows x new tokens, padding included) go to
+    ``PREFILLED[0]``."""
     totals = {"prefill": 0.0, "decode": 0.0}
+    PREFILLED[0] = 0
     models = {}
     for backend in backends:
         model = getattr(backend, "model", None)
@@ -243,6 +249,8 @@ def time_forwards(backends: Any) -> dict[str, float]:
         def before(module: Any, args: Any, kwargs: Any, began: list = began) -> None:
             ids = kwargs.get("input_ids", args[0] if args else None)
             phase = "decode" if ids is not None and ids.shape[1] == 1 else "prefill"
+            if phase == "prefill" and ids is not None:
+                PREFILLED[0] += ids.numel()
             began.append((phase, time.perf_counter()))
 
         def after(module: Any, args: Any, kwargs: Any, out: Any, began: list = began) -> None:
@@ -285,7 +293,7 @@ def llm_main(args: argparse.Namespace) -> None:
         phases = {k: statistics.median(v) * 1e3 for k, v in PHASES[key].items()}
         return row(label, r["median"] * 1e3, "ms",
                    f"min {r['min'] * 1e3:.2f}; {PROMPT_TOKENS[key]:.0f} prompt tokens a turn, "
-                   f"{DISTINCT[key]:.0%} distinct; "
+                   f"{DISTINCT[key]:.0%} distinct, {PREFILL_TOKENS[key]:.0f} prefilled; "
                    f"prefill {phases['prefill']:.1f} ms, decoding {phases['decode']:.1f} ms a turn")
 
     summary = []
@@ -323,6 +331,7 @@ def llm_main(args: argparse.Namespace) -> None:
         name += "_envs"
     write(name, {"args": vars(args), "results": measured, "env_share": ENV_SHARE,
                  "prompt_tokens_per_turn": PROMPT_TOKENS, "distinct_prompt_share": DISTINCT,
+                 "prefilled_tokens_per_turn": PREFILL_TOKENS,
                  "seconds_per_turn_by_phase": PHASES,
                  "machine": state}, summary)
     if args.scenario == SCENARIO:

@@ -164,7 +164,12 @@ class HFBackend:
             if self.share_prompts and shared and unique_ids.shape[1] > 1:
                 unique_names = [name for _, name in distinct] if names is not None else None
                 kwargs[cache_keyword(self.model)] = self._prefill(
-                    unique_ids, unique_mask, rows.to(self.device), unique_names, prefix
+                    unique_ids,
+                    unique_mask,
+                    rows.to(self.device),
+                    unique_names,
+                    prefix,
+                    room=sampling.max_new_tokens,
                 )
             sequences = self.model.generate(
                 input_ids=input_ids,
@@ -184,42 +189,64 @@ class HFBackend:
         rows: torch.Tensor,
         adapter_names: list[str | None] | None,
         prefix: int = 0,
+        room: int = 0,
     ) -> Any:
         """The key/value cache of every distinct prompt's tokens but its last, ``ids`` and
-        ``mask`` ``(D, P)``, computed once and indexed out to the ``rows`` ``(R,)``: ``generate``
-        then runs only each row's last prompt token before sampling. With ``prefix`` > 0 the
-        first ``prefix`` tokens, common to every row, run once (one row) and the rest of each
-        prompt on their cache."""
-        d = ids.shape[0]
-        cache = None
-        extra: dict[str, Any] = {}
+        ``mask`` ``(D, P)``, computed once and laid out for the ``rows`` ``(R,)``: ``generate``
+        then runs only each row's last prompt token before sampling.
+
+        With ``prefix`` > 0 the first ``prefix`` tokens, common to every row, run once (one
+        row). The rest of each prompt runs on that cache in buckets of similar length
+        (:func:`~marl.agents.kv_cache.length_buckets`), so that a short prompt is not padded
+        to the longest of the call. Each layer of the cache returned has ``room`` spare
+        positions, which decoding fills in place (:mod:`marl.agents.kv_cache`)."""
+        from marl.agents.kv_cache import assemble_rows, length_buckets, plain_layers
+
+        d, width = ids.shape
+        own = width - 1 - prefix  # positions between the prefix and the last token
+        head_cache = None
         if prefix:
-            if adapter_names is not None:
-                extra["adapter_names"] = adapter_names[:1]
+            extra = {"adapter_names": adapter_names[:1]} if adapter_names is not None else {}
             head = self.model(
                 input_ids=ids[:1, :prefix], use_cache=True, logits_to_keep=1, **extra
             )  # (1, prefix) tokens
-            first_row = torch.zeros(d, dtype=torch.long, device=ids.device)  # (D,)
-            cache = cache_rows(output_cache(head), first_row)  # (D, ...) copies of the prefix
-        if ids.shape[1] - 1 > prefix:
-            kwargs: dict[str, Any] = {}
-            if adapter_names is not None:
-                kwargs["adapter_names"] = adapter_names
-            if cache is not None:
-                kwargs[cache_keyword(self.model)] = cache
-            own = mask[:, prefix:-1]  # (D, P - 1 - prefix)
-            out = self.model(
-                input_ids=ids[:, prefix:-1],
-                attention_mask=mask[:, :-1],  # (D, P - 1): the padding after the prefix is masked
-                position_ids=prefix + (own.cumsum(dim=-1) - 1).clamp(min=0),
-                use_cache=True,
-                logits_to_keep=1,
-                **kwargs,
-            )
-            cache = output_cache(out)
-        assert cache is not None  # P > 1: a prefix, or at least one token before the last
-        cache.batch_select_indices(rows)  # every layer's keys/values: (D, ...) -> (R, ...)
-        return cache
+            head_cache = output_cache(head)
+        lengths = mask[:, prefix:-1].sum(dim=-1).tolist()  # (D,) each row's own positions
+        buckets = length_buckets(lengths) if own > 0 else [list(range(d))]
+        if head_cache is not None and not plain_layers(head_cache):
+            buckets = [list(range(d))]  # layers assemble_rows cannot lay out: one bucket
+        parts = []
+        for bucket in buckets:
+            members = torch.tensor(bucket, dtype=torch.long, device=ids.device)  # (n_b,)
+            cache = None
+            if head_cache is not None:
+                cache = cache_rows(head_cache, torch.zeros_like(members))  # (n_b, ...) copies
+            span = max(lengths[i] for i in bucket) if own > 0 else 0
+            if span:
+                window = slice(width - 1 - span, width - 1)  # the bucket's longest own part
+                own_mask = mask[members, window]  # (n_b, span), left-padded
+                kwargs: dict[str, Any] = {}
+                if adapter_names is not None:
+                    kwargs["adapter_names"] = [adapter_names[i] for i in bucket]
+                if cache is not None:
+                    kwargs[cache_keyword(self.model)] = cache
+                out = self.model(
+                    input_ids=ids[members, window],  # (n_b, span)
+                    attention_mask=torch.cat([mask[members, :prefix], own_mask], dim=1),
+                    position_ids=prefix + (own_mask.cumsum(dim=-1) - 1).clamp(min=0),
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **kwargs,
+                )
+                cache = output_cache(out)
+            assert cache is not None  # P > 1: a prefix, or at least one token before the last
+            parts.append((members, cache))
+        if len(parts) == 1 and not plain_layers(parts[0][1]):
+            cache = parts[0][1]  # transformers' own row selection, without room
+            cache.batch_select_indices(rows)
+            return cache
+        # (R, H, prefix + own + room, D) a layer: each row's prefix, padding, own positions
+        return assemble_rows(parts, rows, prefix, own, room)
 
     def _left_pad(
         self, rows: list[list[int]], prefix: int = 0

@@ -1,0 +1,165 @@
+"""Key/value caches for batched decoding: prefilled in length buckets, filled in place.
+
+Two costs of a batched ``generate`` on a CPU that grow with the rows, and what this module does
+about them:
+
+- **Padding in the prefill.** Prompts of one call are padded to the longest, and a padded
+  position costs what a real one does. :func:`length_buckets` splits the distinct prompts
+  into groups of similar length; the HF backend prefills each group on its own and
+  :func:`assemble_rows` lays the groups' caches side by side, padding between the shared
+  prefix and each row's own tokens (where the backend's attention mask already has it).
+- **Copies while decoding.** transformers' ``DynamicLayer`` appends each step's keys and values
+  with ``torch.cat``, which copies the layer's whole cache at every step (16 rows of 350
+  tokens on SmolLM2: 130 MB a step). A :class:`PreallocatedLayer` has room for the tokens to
+  come, a step writes its position in place, and ``keys`` / ``values`` are views of the
+  filled part.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+BUCKET_OVERHEAD = 32
+"""What one more prefill forward costs, in padded positions (a forward's fixed cost on a CPU:
+about 30 layers of small kernels); :func:`length_buckets` opens a bucket only when it saves
+more padding than this."""
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys and values live in buffers with spare positions.
+
+    ``keys`` and ``values`` are always views ``(B, H, n, D)`` of the buffers' first ``n``
+    positions, so everything that reads them (attention, masks, ``get_seq_length``) sees what a
+    ``DynamicLayer`` would. When an update does not fit, or when something replaced ``keys``
+    (``batch_select_indices``, ``crop``), the buffers are rebuilt from the current tensors with
+    room again.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, filled: int, room: int) -> None:
+        """``keys`` / ``values`` ``(B, H, size, D)``: buffers whose first ``filled`` positions
+        hold the cache; ``room`` is the spare room a rebuild leaves."""
+        super().__init__()
+        self.device = keys.device
+        self.is_initialized = True
+        self.room = max(1, room)
+        self._keys, self._values = keys, values
+        self.keys, self.values = keys[:, :, :filled], values[:, :, :filled]
+
+    def _fits(self, incoming: int) -> bool:
+        """True when ``keys`` is still the buffer's view and ``incoming`` more positions fit."""
+        return (
+            self.keys.data_ptr() == self._keys.data_ptr()
+            and self.values.data_ptr() == self._values.data_ptr()
+            and self.keys.shape[0] == self._keys.shape[0]
+            and self.keys.shape[-2] + incoming <= self._keys.shape[-2]
+        )
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``key_states`` / ``value_states`` ``(B, H, m, D)`` after the filled part and
+        return the views of everything filled, ``(B, H, n + m, D)``."""
+        n, incoming = self.keys.shape[-2], key_states.shape[-2]
+        if not self._fits(incoming):
+            size = n + incoming + self.room
+            self._keys = _grown(self.keys, size)
+            self._values = _grown(self.values, size)
+        self._keys[:, :, n : n + incoming] = key_states
+        self._values[:, :, n : n + incoming] = value_states
+        self.keys = self._keys[:, :, : n + incoming]  # (B, H, n + m, D)
+        self.values = self._values[:, :, : n + incoming]
+        return self.keys, self.values
+
+
+def _grown(tensor: torch.Tensor, size: int) -> torch.Tensor:
+    """A new buffer ``(B, H, size, D)`` starting with ``tensor`` ``(B, H, n, D)``."""
+    batch, heads, n, dim = tensor.shape
+    buffer = tensor.new_empty(batch, heads, size, dim)
+    buffer[:, :, :n] = tensor
+    return buffer
+
+
+def length_buckets(lengths: Sequence[int], overhead: int = BUCKET_OVERHEAD) -> list[list[int]]:
+    """Split the indices of ``lengths`` into groups, each padded to its longest, so that the
+    positions computed plus ``overhead`` per group are fewest. Groups come shortest first, and
+    each is a run of the indices sorted by length. Exact (dynamic programming, O(n^2))."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    best = [0] + [0] * n  # best[j]: the cheapest split of order[:j]
+    cut = [0] * (n + 1)  # cut[j]: where the last group of that split starts
+    for j in range(1, n + 1):
+        longest = lengths[order[j - 1]]
+        best[j], cut[j] = min(
+            (best[i] + (j - i) * longest + overhead, i) for i in range(j)
+        )
+    groups: list[list[int]] = []
+    j = n
+    while j > 0:
+        groups.append(order[cut[j] : j])
+        j = cut[j]
+    return groups[::-1]
+
+
+def assemble_rows(
+    parts: Sequence[tuple[torch.Tensor, Any]],
+    rows: torch.Tensor,
+    prefix: int,
+    own: int,
+    room: int,
+) -> Any:
+    """One cache for the ``rows`` ``(R,)`` of a call out of the caches of its buckets.
+
+    ``parts`` holds ``(members, cache)`` for every bucket: ``members`` ``(n_b,)`` are the
+    distinct prompts it prefilled and ``cache`` holds, for each of them, the ``prefix`` shared
+    positions then the bucket's ``span`` own positions (left-padded within the bucket). Row
+    ``r`` takes distinct prompt ``rows[r]``. In the result every row has ``prefix + own``
+    positions: the prefix, then zeros where its bucket was shorter than ``own``, then its
+    bucket's positions; plus ``room`` spare positions a layer. The zeros sit where the caller's
+    attention mask has padding (masked keys must hold finite values: a masked weight is 0, and
+    0 x NaN is NaN)."""
+    template = parts[0][1]
+    distinct = 1 + max(int(members.max()) for members, _ in parts)
+    lookup = torch.full((distinct,), -1, dtype=torch.long, device=rows.device)
+    placed = []  # per bucket: (final rows (k,), their index in the bucket (k,))
+    for members, _ in parts:
+        lookup.fill_(-1)
+        lookup[members] = torch.arange(len(members), device=rows.device)
+        local = lookup[rows]  # (R,): the row's index in this bucket, or -1
+        final = (local >= 0).nonzero().squeeze(1)  # (k,)
+        placed.append((final, local[final]))
+    result = copy.copy(template)
+    result.layers = []
+    end = prefix + own
+    for layer_index in range(len(template.layers)):
+        buffers = []
+        for attribute in ("keys", "values"):
+            first = getattr(parts[0][1].layers[layer_index], attribute)  # (n_0, H, P_0, D)
+            buffer = first.new_empty(len(rows), first.shape[1], end + room, first.shape[-1])
+            for (_, cache), (final, local) in zip(parts, placed, strict=True):
+                tensor = getattr(cache.layers[layer_index], attribute)  # (n_b, H, prefix+span, D)
+                span = tensor.shape[2] - prefix
+                if prefix:
+                    buffer[final, :, :prefix] = tensor[local, :, :prefix]
+                if span < own:
+                    buffer[final, :, prefix : end - span] = 0
+                buffer[final, :, end - span : end] = tensor[local, :, prefix:]
+            buffers.append(buffer)  # (R, H, prefix + own + room, D)
+        result.layers.append(PreallocatedLayer(*buffers, filled=end, room=room))
+    return result
+
+
+def plain_layers(cache: Any) -> bool:
+    """True when every layer of ``cache`` is a plain ``DynamicLayer`` (or already a
+    :class:`PreallocatedLayer`) holding keys: the layers :func:`assemble_rows` can lay out
+    (sliding-window, quantized or offloaded layers keep transformers' own handling)."""
+    return all(
+        isinstance(layer, DynamicLayer)
+        and type(layer) in (DynamicLayer, PreallocatedLayer)
+        and layer.get_seq_length() > 0
+        for layer in cache.layers
+    )
