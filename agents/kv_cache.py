@@ -121,7 +121,8 @@ def assemble_rows(
     positions: the prefix, then zeros where its bucket was shorter than ``own``, then its
     bucket's positions; plus ``room`` spare positions a layer. The zeros sit where the caller's
     attention mask has padding (masked keys must hold finite values: a masked weight is 0, and
-    0 x NaN is NaN)."""
+    0 x NaN is NaN). The buckets' caches are consumed: each layer's tensors are dropped once
+    copied, so that the call never holds two whole caches."""
     template = parts[0][1]
     distinct = 1 + max(int(members.max()) for members, _ in parts)
     lookup = torch.full((distinct,), -1, dtype=torch.long, device=rows.device)
@@ -149,6 +150,8 @@ def assemble_rows(
                     buffer[final, :, prefix : end - span] = 0
                 buffer[final, :, end - span : end] = tensor[local, :, prefix:]
             buffers.append(buffer)  # (R, H, prefix + own + room, D)
+        for _, cache in parts:  # consumed layer by layer: at most one layer held twice
+            cache.layers[layer_index].keys = cache.layers[layer_index].values = None
         result.layers.append(PreallocatedLayer(*buffers, filled=end, room=room))
     return result
 
