@@ -3,10 +3,13 @@
 Before: transformers' ``sdpa`` attention (on a batch with no padding it passes ``enable_gqa`` to
 a kernel that is slow in bfloat16 on this CPU) and transformers' sampling (``torch.multinomial``,
 an exponential variate per vocabulary entry). Now: :mod:`marl.agents.attention` folds the query
-heads on every decoding step, and the backend's last logits processor draws the token by
-inverting the cumulative distribution. "Before" is rebuilt in this process: the model is set
-back to ``sdpa`` and generation back to ``do_sample=True``; the processor then hands transformers
-a distribution with one token left, so the same tokens come out and the cost is the old one.
+heads on every decoding step, the backend's last logits processor draws the token by inverting
+the cumulative distribution, and each step's keys and values go into room preallocated in the
+cache (:mod:`marl.agents.kv_cache`). "Before" is rebuilt in this process: the model is set back
+to ``sdpa``, generation back to ``do_sample=True`` and the cache to ``torch.cat``; the processor
+then hands transformers a distribution with one token left, so the same tokens come out and
+the cost is the old one. "cat" is today's backend with only the cache put back to
+transformers' ``torch.cat`` per step.
 
 Batches of 2 and 16 rows of about 300 prompt tokens (SmolLM2's vocabulary, random ids), with
 equal lengths (no padding: the ``enable_gqa`` path) and with lengths 250-350 (padded). A step's
@@ -33,8 +36,25 @@ from marl.agents.backends import SamplingConfig  # noqa: E402
 from marl.agents.backends.hf import HFBackend  # noqa: E402
 
 
-class BeforeBackend(HFBackend):
-    """The backend with transformers' own sampling step after our processors (as before)."""
+class CatCacheBackend(HFBackend):
+    """The backend as it is, but decoding appends to the cache with ``torch.cat`` (transformers'
+    ``DynamicLayer``) instead of writing into preallocated room: isolates that one change."""
+
+    def _prefill(self, *args: Any, **kwargs: Any) -> Any:
+        from transformers.cache_utils import DynamicLayer
+
+        cache = super()._prefill(*args, **kwargs)
+        for i, layer in enumerate(cache.layers):
+            plain = DynamicLayer()
+            plain.lazy_initialization(layer.keys, layer.values)
+            plain.keys, plain.values = layer.keys.contiguous(), layer.values.contiguous()
+            cache.layers[i] = plain
+        return cache
+
+
+class BeforeBackend(CatCacheBackend):
+    """The backend with transformers' own sampling step after our processors and its cache (as
+    before)."""
 
     def _generation_config(self, sampling: SamplingConfig) -> Any:
         config = super()._generation_config(sampling)
@@ -71,6 +91,7 @@ def main() -> None:
     model, tokenizer = load_model(ModelSpec(kind=args.model, dtype=args.dtype))
     now = HFBackend(model, tokenizer)
     before = BeforeBackend(model, tokenizer)  # the same model object: only the config differs
+    cat_cache = CatCacheBackend(model, tokenizer)
     rng = random.Random(0)
     vocab = len(tokenizer)
     batches = {}
@@ -87,20 +108,24 @@ def main() -> None:
     for name, prompts in batches.items():
         contenders[f"{name}/before"] = lambda p=prompts: step_seconds(before, p, "sdpa")
         contenders[f"{name}/now"] = lambda p=prompts: step_seconds(now, p, CPU_DECODE_ATTENTION)
+        contenders[f"{name}/cat"] = lambda p=prompts: step_seconds(
+            cat_cache, p, CPU_DECODE_ATTENTION
+        )
     measured = alternate(contenders, args.rounds)
     state["load_average_after"] = machine()["load_average"]
     summary = []
     for name in batches:
-        old, new = measured[f"{name}/before"], measured[f"{name}/now"]
-        summary.append(
-            row(
-                f"decoding step, {name}: before vs now",
-                f"{old['median'] * 1e3:.1f} vs {new['median'] * 1e3:.1f}",
-                "ms",
-                f"{old['median'] / new['median']:.2f}x; min {old['min'] * 1e3:.1f} vs "
-                f"{new['min'] * 1e3:.1f}",
+        for other, label in (("before", "before vs now"), ("cat", "cache by torch.cat vs now")):
+            old, new = measured[f"{name}/{other}"], measured[f"{name}/now"]
+            summary.append(
+                row(
+                    f"decoding step, {name}: {label}",
+                    f"{old['median'] * 1e3:.1f} vs {new['median'] * 1e3:.1f}",
+                    "ms",
+                    f"{old['median'] / new['median']:.2f}x; min {old['min'] * 1e3:.1f} vs "
+                    f"{new['min'] * 1e3:.1f}",
+                )
             )
-        )
     summary.append(
         row(
             "load average at start",

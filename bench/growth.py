@@ -34,9 +34,10 @@ parallel environments of 4 agents instead (``growth_embedded_envs.json``), and
 ``growth_embedded.png`` draws both. In the LLM sweeps replies start with the head their turn
 needs (``SAY:`` / ``ACTION:``, as in ``make run``). Each row also gives the prompt tokens per
 turn, the share of turns whose prompt no other turn of its round repeats (a repeated prompt is
-prefilled once), and the turn's time in prefill and in decoding: with a complete graph every
-agent reads every other agent's messages, so a turn's prompt grows with the agents, and on a
-CPU its prefill is bound by arithmetic, which batching cannot share.
+prefilled once), the positions the prefill computed per turn (after sharing the round's common
+prefix, padding included), and the turn's time in prefill and in decoding: with a complete
+graph every agent reads every other agent's messages, so a turn's prompt grows with the agents,
+and on a CPU its prefill is bound by arithmetic, which batching cannot share.
 
     .venv/bin/python bench/growth.py --model embedded --dtype bfloat16 --threads 2 \\
         --envs 1 --turns 64 --modes shared lora

@@ -6,8 +6,9 @@ same one) and the ``n`` samples of a prompt share one prefill: each distinct pro
 adapter) runs through the model once, its key/value cache is indexed out to all its rows, and
 ``generate`` continues from that cache. When every distinct prompt of a call begins with the
 same 16 tokens or more (a system prompt) under one adapter, that prefix runs once too, and the
-padding goes between it and the rest of each prompt (``share_prompts=False`` turns all this
-off). Several LoRA
+padding goes between it and the rest of each prompt. The rest runs in buckets of similar
+length, and decoding writes into a cache with room for the new tokens
+(:mod:`marl.agents.kv_cache`); ``share_prompts=False`` turns all this off. Several LoRA
 adapters share the base model and still fit in that one call: peft routes each row to its
 adapter through ``adapter_names=[...]`` (``"__base__"`` = no adapter).
 The logprob reported for each sampled token is under the distribution it was sampled from
@@ -160,8 +161,9 @@ class HFBackend:
         recorder = _SampleAndRecord(sample=sampling.temperature > 0)
         processors = LogitsProcessorList([*_sampling_processors(sampling), recorder])
         with torch.inference_mode(), _seeded(seed, self.device):
-            shared = len(distinct) < len(source) or prefix > 0
-            if self.share_prompts and shared and unique_ids.shape[1] > 1:
+            # our prefill even when nothing repeats: its length buckets and in-place cache
+            # serve every call (share_prompts=False leaves all of it to transformers)
+            if self.share_prompts and unique_ids.shape[1] > 1:
                 unique_names = [name for _, name in distinct] if names is not None else None
                 kwargs[cache_keyword(self.model)] = self._prefill(
                     unique_ids,

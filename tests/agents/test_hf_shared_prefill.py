@@ -66,12 +66,16 @@ def test_without_sharing_every_row_is_prefilled() -> None:
     assert sorted(map(tuple, calls.calls[0][0])) == sorted(tuple(p) for p in prompts * 2)
 
 
-def test_distinct_prompts_with_n_one_keep_the_plain_path() -> None:
+def test_distinct_prompts_with_n_one_are_prefilled_once_each_too() -> None:
+    """Nothing repeats: the backend's own prefill still runs (its length buckets and in-place
+    cache serve every call), each prompt but its last token once, then one token a row."""
     backend = HFBackend(ModelSpec(seed=0))
     prompts = list({tuple(p): p for p in _prompts(backend.tokenizer)}.values())
     calls = _Calls(backend.model)
     backend.generate(prompts, SamplingConfig(max_new_tokens=4, n=1), seed=0)
-    assert sorted(map(tuple, calls.calls[0][0])) == sorted(tuple(p) for p in prompts)
+    prefilled = [r for rows, _ in calls.calls if max(map(len, rows)) > 1 for r in rows]
+    assert sorted(map(tuple, prefilled)) == sorted(tuple(p[:-1]) for p in prompts)
+    assert [len(row) for row in calls.calls[-1][0]] == [1] * len(prompts)
 
 
 def test_greedy_outputs_equal_the_unshared_backend_in_order() -> None:
