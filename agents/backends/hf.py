@@ -214,11 +214,14 @@ class HFBackend:
             )  # (1, prefix) tokens
             head_cache = output_cache(head)
         lengths = mask[:, prefix:-1].sum(dim=-1).tolist()  # (D,) each row's own positions
+        if not prefix:  # nothing cached yet: every bucket runs a forward, of one position at least
+            lengths = [max(1, length) for length in lengths]
         buckets = length_buckets(lengths) if own > 0 else [list(range(d))]
         if head_cache is not None and not plain_layers(head_cache):
             buckets = [list(range(d))]  # layers assemble_rows cannot lay out: one bucket
-        parts = []
-        for bucket in buckets:
+        parts: list[tuple[torch.Tensor, Any]] = []
+        while len(parts) < len(buckets):
+            bucket = buckets[len(parts)]
             members = torch.tensor(bucket, dtype=torch.long, device=ids.device)  # (n_b,)
             cache = None
             if head_cache is not None:
@@ -242,8 +245,11 @@ class HFBackend:
                 )
                 cache = output_cache(out)
             assert cache is not None  # P > 1: a prefix, or at least one token before the last
+            if len(buckets) > 1 and not plain_layers(cache):  # found out only now: start over
+                buckets, parts = [list(range(d))], []
+                continue
             parts.append((members, cache))
-        if len(parts) == 1 and not plain_layers(parts[0][1]):
+        if not plain_layers(parts[0][1]):
             cache = parts[0][1]  # transformers' own row selection, without room
             cache.batch_select_indices(rows)
             return cache

@@ -80,14 +80,17 @@ def test_a_preallocated_layer_gives_what_a_dynamic_layer_gives() -> None:
 
 
 class _Prefills:
-    """The positions each prefill forward computes (rows x tokens, padding included)."""
+    """The positions each prefill forward computes (rows x tokens, padding included), and the
+    shape of every forward."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.positions: list[int] = []
+        self.shapes: list[tuple[int, int]] = []
         model.register_forward_pre_hook(self._record, with_kwargs=True)
 
     def _record(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs["input_ids"]
+        self.shapes.append(tuple(ids.shape))
         if ids.shape[1] > 1:
             self.positions.append(ids.numel())
 
@@ -125,3 +128,24 @@ def test_a_bucketed_prefill_pads_less_and_generates_the_same() -> None:
     assert [[g.response_ids for g in group] for group in again] == [
         [g.response_ids for g in group] for group in shared.generate(prompts, sampled, seed=1)
     ]
+
+
+def test_one_token_prompts_beside_long_ones_without_a_common_prefix() -> None:
+    """No shared prefix and a prompt with nothing before its last token: the buckets still
+    each run a forward, and greedy decoding matches the unshared backend."""
+    shared = HFBackend(ModelSpec(seed=6))
+    plain = HFBackend(ModelSpec(seed=6), share_prompts=False)
+    rng = random.Random(0)
+    long = [[rng.randrange(3, 90) for _ in range(60 + i)] for i in range(6)]
+    prompts = [[7], *long, [9]]
+    prefills = _Prefills(shared.model)
+    greedy = SamplingConfig(max_new_tokens=6, temperature=0.0)
+    got, want = shared.generate(prompts, greedy), plain.generate(prompts, greedy)
+    # the two one-token prompts: a bucket of their own, one (masked) position each; decoding
+    # steps have all 8 rows
+    assert (2, 1) in prefills.shapes and (6, 64) in prefills.shapes, prefills.shapes
+    for g, w in zip(got, want, strict=True):
+        assert g[0].response_ids == w[0].response_ids
+        torch.testing.assert_close(
+            torch.tensor(g[0].logprobs), torch.tensor(w[0].logprobs), atol=LOGPROB_ATOL, rtol=0
+        )
