@@ -4,8 +4,8 @@ Two costs of a batched ``generate`` on a CPU that grow with the rows, and what t
 about them:
 
 - **Padding in the prefill.** Prompts of one call are padded to the longest, and a padded
-  position costs what a real one does. :func:`length_buckets` splits the distinct prompts
-  into groups of similar length; the HF backend prefills each group on its own and
+  position costs what a real one does. :func:`prefill_buckets` splits the distinct prompts into
+  groups of similar length; the HF backend prefills each group on its own and
   :func:`assemble_rows` lays the groups' caches side by side, padding between the shared
   prefix and each row's own tokens (where the backend's attention mask already has it).
 - **Copies while decoding.** transformers' ``DynamicLayer`` appends each step's keys and values
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 BUCKET_OVERHEAD = 32
 """What one more prefill forward costs, in padded positions (a forward's fixed cost on a CPU:
-about 30 layers of small kernels); :func:`length_buckets` opens a bucket only when it saves
-more padding than this."""
+about 30 layers of small kernels, an estimate); :func:`prefill_buckets` opens a bucket only
+when it saves more padding than this."""
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -84,10 +84,15 @@ def _grown(tensor: torch.Tensor, size: int) -> torch.Tensor:
     return buffer
 
 
-def length_buckets(lengths: Sequence[int], overhead: int = BUCKET_OVERHEAD) -> list[list[int]]:
+def prefill_buckets(lengths: Sequence[int], overhead: int = BUCKET_OVERHEAD) -> list[list[int]]:
     """Split the indices of ``lengths`` into groups, each padded to its longest, so that the
     positions computed plus ``overhead`` per group are fewest. Groups come shortest first, and
-    each is a run of the indices sorted by length. Exact (dynamic programming, O(n^2))."""
+    each is a run of the indices sorted by length. Exact (dynamic programming, O(n^2)).
+
+    Not the learner's :func:`marl.agents.logprobs.length_buckets`, which bounds each bucket's
+    share of padding: a prefill forward also has a fixed cost, so a bucket of a few short
+    prompts (a share bound opens one for prompts of 2 and 3 tokens) costs more than the
+    padding it saves."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     n = len(order)
     best = [0] + [0] * n  # best[j]: the cheapest split of order[:j]
@@ -124,15 +129,16 @@ def assemble_rows(
     0 x NaN is NaN). The buckets' caches are consumed: each layer's tensors are dropped once
     copied, so that the call never holds two whole caches."""
     template = parts[0][1]
-    distinct = 1 + max(int(members.max()) for members, _ in parts)
-    lookup = torch.full((distinct,), -1, dtype=torch.long, device=rows.device)
+    distinct = sum(len(members) for members, _ in parts)  # the buckets partition the prompts
+    bucket_of = torch.empty(distinct, dtype=torch.long, device=rows.device)  # (D,)
+    slot = torch.empty_like(bucket_of)  # (D,): each prompt's index within its bucket
+    for b, (members, _) in enumerate(parts):
+        bucket_of[members] = b
+        slot[members] = torch.arange(len(members), device=rows.device)
     placed = []  # per bucket: (final rows (k,), their index in the bucket (k,))
-    for members, _ in parts:
-        lookup.fill_(-1)
-        lookup[members] = torch.arange(len(members), device=rows.device)
-        local = lookup[rows]  # (R,): the row's index in this bucket, or -1
-        final = (local >= 0).nonzero().squeeze(1)  # (k,)
-        placed.append((final, local[final]))
+    for b in range(len(parts)):
+        final = (bucket_of[rows] == b).nonzero().squeeze(1)  # (k,)
+        placed.append((final, slot[rows[final]]))
     result = copy.copy(template)
     result.layers = []
     end = prefix + own
@@ -156,13 +162,9 @@ def assemble_rows(
     return result
 
 
-def plain_layers(cache: Any) -> bool:
-    """True when every layer of ``cache`` is a plain ``DynamicLayer`` (or already a
-    :class:`PreallocatedLayer`) holding keys: the layers :func:`assemble_rows` can lay out
-    (sliding-window, quantized or offloaded layers keep transformers' own handling)."""
-    return all(
-        isinstance(layer, DynamicLayer)
-        and type(layer) in (DynamicLayer, PreallocatedLayer)
-        and layer.get_seq_length() > 0
-        for layer in cache.layers
-    )
+def preallocatable(config: Any) -> bool:
+    """True when a model with this ``config`` caches every layer in a plain ``DynamicLayer``:
+    the layers :func:`assemble_rows` lays out (sliding-window or other layers keep
+    transformers' own handling). Read from the cache transformers would build, before any
+    forward."""
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)

@@ -215,10 +215,10 @@ def llm_seconds_per_turn(
         distinct += sum(len(p) for p in rounds.values())
     wall = time.perf_counter() - began
     ENV_SHARE.setdefault(key, []).append(in_env[0] / wall)
-    for phase, seconds in forward.items():
-        PHASES.setdefault(key, {}).setdefault(phase, []).append(seconds / max(1, turns))
+    for phase in ("prefill", "decode"):
+        PHASES.setdefault(key, {}).setdefault(phase, []).append(forward[phase] / max(1, turns))
     PROMPT_TOKENS[key] = prompt_tokens / max(1, turns)
-    PREFILL_TOKENS[key] = PREFILLED[0] / max(1, turns)
+    PREFILL_TOKENS[key] = forward["prefill_positions"] / max(1, turns)
     DISTINCT[key] = distinct / max(1, turns)
     return wall / max(1, turns)
 
@@ -228,16 +228,14 @@ PROMPT_TOKENS: dict[str, float] = {}  # point -> prompt tokens per agent turn
 DISTINCT: dict[str, float] = {}  # point -> share of turns whose prompt is not repeated that round
 PHASES: dict[str, dict[str, list[float]]] = {}  # point -> prefill/decode -> seconds a turn, per run
 PREFILL_TOKENS: dict[str, float] = {}  # point -> positions prefilled per agent turn
-PREFILLED = [0]  # positions prefilled since time_forwards was called
 
 
 def time_forwards(backends: Any) -> dict[str, float]:
     """Add up the wall seconds of every forward pass of the backends' models: ``prefill``
-    (more than one new token a row) and ``decode`` (one). Returns the running totals; the
-    positions the prefills computed (rows x new tokens, padding included) go to
-    ``PREFILLED[0]``."""
-    totals = {"prefill": 0.0, "decode": 0.0}
-    PREFILLED[0] = 0
+    (more than one new token a row) and ``decode`` (one). Returns the running totals, with
+    ``prefill_positions``: the positions the prefills computed (rows x new tokens, padding
+    included)."""
+    totals = {"prefill": 0.0, "decode": 0.0, "prefill_positions": 0.0}
     models = {}
     for backend in backends:
         model = getattr(backend, "model", None)
@@ -251,7 +249,7 @@ def time_forwards(backends: Any) -> dict[str, float]:
             ids = kwargs.get("input_ids", args[0] if args else None)
             phase = "decode" if ids is not None and ids.shape[1] == 1 else "prefill"
             if phase == "prefill" and ids is not None:
-                PREFILLED[0] += ids.numel()
+                totals["prefill_positions"] += ids.numel()
             began.append((phase, time.perf_counter()))
 
         def after(module: Any, args: Any, kwargs: Any, out: Any, began: list = began) -> None:

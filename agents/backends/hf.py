@@ -199,10 +199,10 @@ class HFBackend:
 
         With ``prefix`` > 0 the first ``prefix`` tokens, common to every row, run once (one
         row). The rest of each prompt runs on that cache in buckets of similar length
-        (:func:`~marl.agents.kv_cache.length_buckets`), so that a short prompt is not padded
+        (:func:`~marl.agents.kv_cache.prefill_buckets`), so that a short prompt is not padded
         to the longest of the call. Each layer of the cache returned has ``room`` spare
         positions, which decoding fills in place (:mod:`marl.agents.kv_cache`)."""
-        from marl.agents.kv_cache import assemble_rows, length_buckets, plain_layers
+        from marl.agents.kv_cache import assemble_rows, preallocatable, prefill_buckets
 
         d, width = ids.shape
         own = width - 1 - prefix  # positions between the prefix and the last token
@@ -216,17 +216,15 @@ class HFBackend:
         lengths = mask[:, prefix:-1].sum(dim=-1).tolist()  # (D,) each row's own positions
         if not prefix:  # nothing cached yet: every bucket runs a forward, of one position at least
             lengths = [max(1, length) for length in lengths]
-        buckets = length_buckets(lengths) if own > 0 else [list(range(d))]
-        if head_cache is not None and not plain_layers(head_cache):
-            buckets = [list(range(d))]  # layers assemble_rows cannot lay out: one bucket
+        plain = preallocatable(transformers_model(self.model).config)
+        buckets = prefill_buckets(lengths) if plain else [list(range(d))]
         parts: list[tuple[torch.Tensor, Any]] = []
-        while len(parts) < len(buckets):
-            bucket = buckets[len(parts)]
+        for bucket in buckets:
             members = torch.tensor(bucket, dtype=torch.long, device=ids.device)  # (n_b,)
             cache = None
             if head_cache is not None:
                 cache = cache_rows(head_cache, torch.zeros_like(members))  # (n_b, ...) copies
-            span = max(lengths[i] for i in bucket) if own > 0 else 0
+            span = max(lengths[i] for i in bucket)
             if span:
                 window = slice(width - 1 - span, width - 1)  # the bucket's longest own part
                 own_mask = mask[members, window]  # (n_b, span), left-padded
@@ -245,12 +243,9 @@ class HFBackend:
                 )
                 cache = output_cache(out)
             assert cache is not None  # P > 1: a prefix, or at least one token before the last
-            if len(buckets) > 1 and not plain_layers(cache):  # found out only now: start over
-                buckets, parts = [list(range(d))], []
-                continue
             parts.append((members, cache))
-        if not plain_layers(parts[0][1]):
-            cache = parts[0][1]  # transformers' own row selection, without room
+        if not plain:  # one bucket, transformers' own row selection, without room
+            cache = parts[0][1]
             cache.batch_select_indices(rows)
             return cache
         # (R, H, prefix + own + room, D) a layer: each row's prefix, padding, own positions

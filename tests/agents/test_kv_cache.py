@@ -13,7 +13,7 @@ from transformers.cache_utils import DynamicLayer
 
 from marl.agents.backends import SamplingConfig
 from marl.agents.backends.hf import HFBackend
-from marl.agents.kv_cache import PreallocatedLayer, length_buckets
+from marl.agents.kv_cache import PreallocatedLayer, preallocatable, prefill_buckets
 from marl.agents.models import ModelSpec
 
 LOGPROB_ATOL = 1e-4  # as in test_hf_backend.py: fp32
@@ -41,11 +41,11 @@ def _brute_force(lengths: list[int], overhead: int) -> int:
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_length_buckets_are_the_cheapest_split(seed: int) -> None:
+def test_prefill_buckets_are_the_cheapest_split(seed: int) -> None:
     rng = random.Random(seed)
     lengths = [rng.choice([rng.randrange(1, 20), rng.randrange(50, 400)]) for _ in range(9)]
     overhead = rng.choice([0, 8, 32, 500])
-    groups = length_buckets(lengths, overhead)
+    groups = prefill_buckets(lengths, overhead)
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
     assert _cost(groups, lengths, overhead) == _brute_force(lengths, overhead)
     tops = [max(lengths[i] for i in g) for g in groups]
@@ -53,9 +53,16 @@ def test_length_buckets_are_the_cheapest_split(seed: int) -> None:
 
 
 def test_equal_lengths_make_one_bucket_and_a_far_outlier_its_own() -> None:
-    assert length_buckets([100] * 16) == [list(range(16))]
-    groups = length_buckets([100] * 15 + [400], overhead=32)
+    assert prefill_buckets([100] * 16) == [list(range(16))]
+    groups = prefill_buckets([100] * 15 + [400], overhead=32)
     assert groups == [list(range(15)), [15]]
+
+
+def test_only_plain_dynamic_layers_are_preallocated() -> None:
+    from transformers import LlamaConfig, MistralConfig
+
+    assert preallocatable(LlamaConfig(num_hidden_layers=2))
+    assert not preallocatable(MistralConfig(num_hidden_layers=2, sliding_window=16))
 
 
 def test_a_preallocated_layer_gives_what_a_dynamic_layer_gives() -> None:
