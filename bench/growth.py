@@ -172,16 +172,17 @@ def llm_policies(
 def llm_seconds_per_turn(
     mode: str, agents: int, envs: int, episodes: int, key: str, seed: int = 0,
     model: str = "tiny", dtype: str = "float32", scenario: str = SCENARIO,
+    max_new_tokens: int = 16,
 ) -> float:
     """Wall seconds per agent turn of ``episodes`` batches of ``envs`` environments, ``model``
-    generating (16 new tokens a reply); building the policies is not timed. Under ``key``
-    (the point's name): the share of that time spent in the environments' ``reset`` and
-    ``step`` goes to ``ENV_SHARE``, the prompt tokens per turn to ``PROMPT_TOKENS`` and the
-    forward passes' seconds per turn to ``PHASES``."""
+    generating (up to ``max_new_tokens`` new tokens a reply); building the policies is not
+    timed. Under ``key`` (the point's name): the share of that time spent in the environments'
+    ``reset`` and ``step`` goes to ``ENV_SHARE``, the prompt tokens per turn to
+    ``PROMPT_TOKENS`` and the forward passes' seconds per turn to ``PHASES``."""
     backends, policy_of = llm_policies(mode, agents, model, dtype, scenario)
     forward = time_forwards(backends.values())
     names = [f"p{i}" for i in range(agents)]
-    sampling = SamplingConfig(max_new_tokens=16)
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
     turns = prompt_tokens = distinct = 0  # distinct: prompts not repeated within their round
     in_env = [0.0]  # seconds inside the environments' reset and step (environment + protocol)
 
@@ -273,7 +274,7 @@ def llm_main(args: argparse.Namespace) -> None:
         episodes = max(1, round(args.turns / (agents * envs * rounds_per_episode)))
         return lambda: llm_seconds_per_turn(
             mode, agents, envs, episodes, key, model=args.model, dtype=args.dtype,
-            scenario=args.scenario,
+            scenario=args.scenario, max_new_tokens=args.max_new_tokens,
         )
 
     modes = tuple(args.modes)
@@ -321,19 +322,22 @@ def llm_main(args: argparse.Namespace) -> None:
                        " (goal < 1%)"))
     summary.append(row("load average at start", state["load_average"][0], "",
                        f"after {state['load_average_after'][0]:.2f}; {args.envs} envs; "
-                       f"{args.model} {args.dtype}, {args.threads} thread(s)"))
+                       f"{args.model} {args.dtype}, {args.threads} thread(s), "
+                       f"replies of up to {args.max_new_tokens} tokens"))
     base = "growth_llm" if args.model == "tiny" else f"growth_{args.model}"
     name = base
     if args.scenario != SCENARIO:
         name += f"_{args.scenario.split('-v')[0].replace('-', '_')}"
     if args.sweeps == ["envs"]:
         name += "_envs"
+    if args.max_new_tokens != 16:
+        name += f"_{args.max_new_tokens}tokens"
     write(name, {"args": vars(args), "results": measured, "env_share": ENV_SHARE,
                  "prompt_tokens_per_turn": PROMPT_TOKENS, "distinct_prompt_share": DISTINCT,
                  "prefilled_tokens_per_turn": PREFILL_TOKENS,
                  "seconds_per_turn_by_phase": PHASES,
                  "machine": state}, summary)
-    if args.scenario == SCENARIO:
+    if args.scenario == SCENARIO and args.max_new_tokens == 16:
         plot_llm(base, args.model)
 
 
@@ -435,6 +439,9 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", help="the model's dtype (LLM sweeps)")
     p.add_argument("--scenario", default=SCENARIO, help="the scenario (LLM sweeps)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (LLM sweeps)")
+    p.add_argument("--max-new-tokens", type=int, default=16,
+                   help="LLM sweeps: the longest reply; 16 cuts most replies of SmolLM2 "
+                   "before their ACTION line, the platform's default is 48")
     p.add_argument("--sweeps", nargs="+", default=["agents"], choices=("agents", "envs"),
                    help="LLM sweeps: agents (--agents, --envs), envs (--env-counts, 4 agents)")
     p.add_argument("--modes", nargs="+", default=["shared", "lora", "lora-separate"],

@@ -28,5 +28,6 @@ class Violation:
     detail: str
 
     def notice(self) -> str:
-        """The sentence the sender reads in its next observation."""
-        return f"[round {self.round}] {self.detail}"
+        """The sentence the sender reads in its next observation; rounds count from 1 there, as
+        in the observation's header (``round`` itself counts from 0)."""
+        return f"[round {self.round + 1}] {self.detail}"

@@ -252,7 +252,7 @@ class TextScenarioEnv(ParallelEnv):
             if outgoing and not rules.can_talk(agent, rnd):
                 router.counts["muted"] += len(outgoing)
                 notices.append(
-                    f"[round {rnd}] Nobody can hear you this round; your message was dropped."
+                    f"[round {rnd + 1}] Nobody can hear you this round; your message was dropped."
                 )
                 outgoing = []
             delivered, violations = router.route(
@@ -262,7 +262,7 @@ class TextScenarioEnv(ParallelEnv):
             notices += [v.notice() for v in violations]
             if result.errors:
                 notices.append(
-                    f"[round {rnd}] Your reply was malformed: {'; '.join(result.errors)}."
+                    f"[round {rnd + 1}] Your reply was malformed: {'; '.join(result.errors)}."
                 )
             turn_logs[agent] = TurnLog(
                 rnd,
@@ -284,7 +284,9 @@ class TextScenarioEnv(ParallelEnv):
         for agent, reason in outcome.invalid.items():
             if agent in turn_logs:
                 turn_logs[agent].invalid_action = reason
-                new_notices[agent].append(f"[round {rnd}] Your action was not valid: {reason}")
+                if act[agent] is None and parsed[agent].errors:
+                    continue  # no action because the reply was malformed: already noticed
+                new_notices[agent].append(f"[round {rnd + 1}] Your action was not valid: {reason}")
         rewards = self._mix_rewards(outcome)
         for agent in agents:
             if parsed[agent].errors or agent in outcome.invalid:

@@ -50,7 +50,7 @@ def test_named_recipients_unknown_agents_and_non_neighbours() -> None:
     assert kinds == [("not_neighbour", "b", 3), ("unknown_agent", "b", 3)]
     assert "d is not one of your neighbours (a, c)" in violations[0].detail
     assert "'zed'" in violations[1].detail
-    assert violations[0].notice().startswith("[round 3] ")
+    assert violations[0].notice().startswith("[round 4] ")  # shown from 1
     assert router.counts["not_neighbour"] == 1 and router.counts["unknown_agent"] == 1
     # addressed only to a non-neighbour: nothing is delivered at all
     delivered, violations = route(router, "a", out("far away", "d"))

@@ -192,3 +192,19 @@ def test_spaces_admit_any_text_up_to_their_length() -> None:
     assert space.contains("ünï\x00cödé 🚀\n") and space.contains("")
     assert not space.contains(b"bytes") and not space.contains("x" * (space.max_length + 1))
     assert env.observation_space("bob").contains(env.reset(seed=0)[0]["bob"])
+
+
+def test_notices_count_rounds_like_the_header_and_a_missing_action_is_noticed_once() -> None:
+    env = marl.make("majority-vote")
+    env.reset(seed=0)
+    ann, ben, cat, *rest = env.possible_agents
+    replies = {ann: "SAY: let us agree", ben: "ACTION: zoo"}  # no ACTION line; not an option
+    replies |= {a: "ACTION: park" for a in [cat, *rest]}
+    observations, *_ = env.step(replies)
+    assert "Round 2 of" in observations[ann]
+    notices = observations[ann].split("Notices:\n")[1].split("\n")
+    assert notices[0] == "  [round 1] Your reply was malformed: no ACTION line."
+    assert not notices[1].startswith("  [round"), "the missing action is not noticed twice"
+    assert "  [round 1] Your action was not valid: " in observations[ben]
+    assert "Notices:" not in observations[cat]
+    assert env.malformed[ann] == env.malformed[ben] == 1 and env.malformed[cat] == 0
