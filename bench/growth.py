@@ -337,7 +337,7 @@ def llm_main(args: argparse.Namespace) -> None:
                  "prefilled_tokens_per_turn": PREFILL_TOKENS,
                  "seconds_per_turn_by_phase": PHASES,
                  "machine": state}, summary)
-    if args.scenario == SCENARIO and args.max_new_tokens == 16:
+    if args.max_new_tokens == 16:
         plot_llm(base, args.model)
 
 
@@ -353,10 +353,17 @@ def _powers_of_two_axis(ax: Any, xs: Sequence[int], xlabel: str, ylabel: str) ->
     ax.grid(alpha=0.3)
 
 
-def plot_llm(base: str, model: str, scenario: str = SCENARIO) -> None:
-    """Time per agent turn, and its prefill and decoding parts, against agents and against
-    parallel environments, into ``<base>.png``: from ``<base>.json`` and ``<base>_envs.json``
-    (under bench/results), whichever exist."""
+PLOTTED = (  # (file suffix, what the curve is): the agents sweeps drawn side by side
+    ("", f"{SCENARIO} (complete graph)"),
+    ("_majority", "majority-vote-v0 (ring)"),
+)
+
+
+def plot_llm(base: str, model: str) -> None:
+    """Time per agent turn, and its prefill and decoding parts, against agents (one curve per
+    scenario of :data:`PLOTTED`: ``<base>.json``, ``<base>_majority.json``) and against parallel
+    environments (``<base>_envs.json``), into ``<base>.png``; from the files under
+    bench/results that exist."""
     import json
 
     import matplotlib
@@ -364,33 +371,43 @@ def plot_llm(base: str, model: str, scenario: str = SCENARIO) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, suffix, xlabel in ((axes[0], "", "agents in one scenario"),
-                               (axes[1], "_envs", "parallel environments of 4 agents")):
-        source = RESULTS / f"{base}{suffix}.json"
-        if not source.exists():
-            ax.set_title(f"not measured: {source.name}")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    panels = ((axes[0], PLOTTED, "agents in one scenario"),
+              (axes[1], (("_envs", f"{SCENARIO}, 4 agents"),), "parallel environments"))
+    colors = iter(f"C{i}" for i in range(10))
+    for ax, sources, xlabel in panels:
+        xs: list[int] = []
+        for suffix, label in sources:
+            source = RESULTS / f"{base}{suffix}.json"
+            if not source.exists():
+                continue
+            data = json.loads(source.read_text())
+            lines: dict[str, list[tuple[int, str]]] = {}
+            for key in data["results"]:
+                parts = key.split("/")
+                x = int(parts[2][4:]) if suffix == "_envs" else int(parts[1])
+                lines.setdefault(parts[0], []).append((x, key))
+            for mode, keys in sorted(lines.items()):
+                color = next(colors)
+                keys.sort()
+                xs = sorted({*xs, *(x for x, _ in keys)})
+                ys = [data["results"][k]["median"] * 1e3 for _, k in keys]
+                ratio = f", {keys[-1][0]} vs {keys[0][0]}: {ys[-1] / ys[0]:.2f}x"
+                ax.plot([x for x, _ in keys], ys, "o-", color=color,
+                        label=f"{label}, {mode}: per turn{ratio}")
+                phases = data.get("seconds_per_turn_by_phase", {})  # absent from older results
+                for phase, style in (("prefill", "--"), ("decode", ":")):
+                    if all(k in phases for _, k in keys):
+                        ys = [statistics.median(phases[k][phase]) * 1e3 for _, k in keys]
+                        ax.plot([x for x, _ in keys], ys, style, color=color,
+                                label=f"{label}, {mode}: {phase}")
+        if not xs:
+            ax.set_title("not measured")
             continue
-        data = json.loads(source.read_text())
-        lines: dict[str, list[tuple[int, str]]] = {}
-        for key in data["results"]:
-            parts = key.split("/")
-            x = int(parts[2][4:]) if suffix else int(parts[1])
-            lines.setdefault(parts[0], []).append((x, key))
-        for (mode, keys), color in zip(sorted(lines.items()), ("C0", "C1", "C2"), strict=False):
-            keys.sort()
-            xs = [x for x, _ in keys]
-            ax.plot(xs, [data["results"][k]["median"] * 1e3 for _, k in keys], "o-",
-                    color=color, label=f"{mode}: per turn")
-            phases = data.get("seconds_per_turn_by_phase", {})  # absent from older results
-            for phase, style in (("prefill", "--"), ("decode", ":")):
-                if all(k in phases for _, k in keys):
-                    ys = [statistics.median(phases[k][phase]) * 1e3 for _, k in keys]
-                    ax.plot(xs, ys, style, color=color, label=f"{mode}: {phase}")
         _powers_of_two_axis(ax, xs, xlabel, "ms per agent turn")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
     name = "SmolLM2-135M" if model == "embedded" else f"the {model} model"
-    fig.suptitle(f"{scenario}, {name} generating up to 16 tokens a turn: time per agent turn")
+    fig.suptitle(f"{name} generating up to 16 tokens a turn: time per agent turn")
     fig.tight_layout()
     fig.savefig(RESULTS / f"{base}.png", dpi=100)
     plt.close(fig)
