@@ -42,6 +42,7 @@ BENCHES: list[tuple[str, str, tuple[str, ...], bool, list[str]]] = [
     ("rollout_throughput.py", "rollout_throughput", ("vllm",), False, []),
     ("trl_vs_marl.py", "trl_vs_marl", ("trl", "embedded"), False, []),
     ("decode_step.py", "decode_step", ("embedded",), False, []),
+    ("prefill_overhead.py", "prefill_overhead", ("embedded",), False, []),
 ]
 
 
