@@ -332,6 +332,8 @@ def llm_main(args: argparse.Namespace) -> None:
         name += "_envs"
     if args.max_new_tokens != 16:
         name += f"_{args.max_new_tokens}tokens"
+    if "shared" not in modes:  # the files without a suffix hold the shared policy's curve
+        name += "".join(f"_{mode.replace('-', '_')}" for mode in modes)
     write(name, {"args": vars(args), "results": measured, "env_share": ENV_SHARE,
                  "prompt_tokens_per_turn": PROMPT_TOKENS, "distinct_prompt_share": DISTINCT,
                  "prefilled_tokens_per_turn": PREFILL_TOKENS,
