@@ -144,8 +144,8 @@ class HFBackend:
         source = [distinct.setdefault(key, len(distinct)) for key in keys for _ in range(n)]
         rows = torch.tensor(source)  # (R,): each row's distinct pair
         texts = [list(p) for p, _ in distinct]
-        prefix = 0  # a prefix common to every distinct prompt (a system prompt), run once
-        if self.share_prompts and len(texts) > 1 and len({a for _, a in distinct}) == 1:
+        prefix = 0  # common to every distinct prompt (a system prompt): run once per adapter
+        if self.share_prompts and len(texts) > 1:
             prefix = common_prefix_length(texts)
             prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
         unique_ids, unique_mask = self._left_pad(texts, prefix)  # (D, P)
@@ -197,8 +197,10 @@ class HFBackend:
         ``mask`` ``(D, P)``, computed once and laid out for the ``rows`` ``(R,)``: ``generate``
         then runs only each row's last prompt token before sampling.
 
-        With ``prefix`` > 0 the first ``prefix`` tokens, common to every row, run once (one
-        row). The rest of each prompt runs on that cache in buckets of similar length
+        With ``prefix`` > 0 the first ``prefix`` tokens, common to every row, run once for each
+        adapter of the call (one row each, in one forward: an adapter changes the keys and
+        values, so rows under different adapters cannot share them). The rest of each prompt
+        runs on that cache in buckets of similar length
         (:func:`~marl.agents.kv_cache.prefill_buckets`), so that a short prompt is not padded
         to the longest of the call. Each layer of the cache returned has ``room`` spare
         positions, which decoding fills in place (:mod:`marl.agents.kv_cache`)."""
@@ -207,11 +209,23 @@ class HFBackend:
         d, width = ids.shape
         own = width - 1 - prefix  # positions between the prefix and the last token
         head_cache = None
+        head_of = torch.zeros(d, dtype=torch.long, device=ids.device)  # (D,) each prompt's head
         if prefix:
-            extra = {"adapter_names": adapter_names[:1]} if adapter_names is not None else {}
+            extra: dict[str, Any] = {}
+            heads = 1
+            if adapter_names is not None:
+                names = list(dict.fromkeys(adapter_names))  # the call's adapters, in order
+                head_of = torch.tensor(
+                    [names.index(a) for a in adapter_names], device=ids.device
+                )  # (D,)
+                extra["adapter_names"] = names
+                heads = len(names)
             head = self.model(
-                input_ids=ids[:1, :prefix], use_cache=True, logits_to_keep=1, **extra
-            )  # (1, prefix) tokens
+                input_ids=ids[:1, :prefix].expand(heads, prefix),
+                use_cache=True,
+                logits_to_keep=1,
+                **extra,
+            )  # (A, prefix) tokens: the prefix under each adapter
             head_cache = output_cache(head)
         lengths = mask[:, prefix:-1].sum(dim=-1).tolist()  # (D,) each row's own positions
         if not prefix:  # nothing cached yet: every bucket runs a forward, of one position at least
@@ -223,7 +237,7 @@ class HFBackend:
             members = torch.tensor(bucket, dtype=torch.long, device=ids.device)  # (n_b,)
             cache = None
             if head_cache is not None:
-                cache = cache_rows(head_cache, torch.zeros_like(members))  # (n_b, ...) copies
+                cache = cache_rows(head_cache, head_of[members])  # (n_b, ...) copies
             span = max(lengths[i] for i in bucket)
             if span:
                 window = slice(width - 1 - span, width - 1)  # the bucket's longest own part

@@ -221,3 +221,38 @@ def test_prefix_sharing_under_one_lora_adapter_equals_no_sharing() -> None:
             assert ids_a == ids_b
             torch.testing.assert_close(torch.tensor(lp_a), torch.tensor(lp_b),
                                        atol=LOGPROB_ATOL, rtol=0)
+
+
+def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> None:
+    outputs = []
+    for share in (True, False):
+        backend = HFBackend(ModelSpec(seed=2), share_prompts=share)
+        torch.manual_seed(0)  # the adapters' A matrices
+        for name in ("alice", "bob"):
+            backend.add_adapter(name)
+        with torch.no_grad():  # two different non-zero adapters
+            for i, (name, p) in enumerate(backend.model.named_parameters()):
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(i))
+        prompts = _system_prompts(backend.tokenizer)
+        prompts = prompts + prompts[:2]  # (prompt 0, bob) is distinct from (prompt 0, alice)
+        adapters = ["alice", "bob", None, "bob", "alice"]
+        calls = _Calls(backend.model.get_base_model().model)
+        greedy = SamplingConfig(max_new_tokens=8, temperature=0.0, n=2)
+        groups = backend.generate(prompts, greedy, adapters=adapters)
+        outputs.append([[(g.response_ids, g.logprobs) for g in group] for group in groups])
+        first = calls.calls[0][0]
+        if share:  # the prefix under alice, bob and the base model: three rows, one forward
+            prefix = len(first[0])
+            assert len(first) == 3 and first[0] == first[1] == first[2]
+            assert all(p[:prefix] == first[0] for p in prompts)
+            assert prefix > len(SYSTEM) // 4  # the system turn, not a token or two
+        else:
+            assert len(first) == 10  # every row, whole
+    for got, want in zip(*outputs, strict=True):
+        for (ids_a, lp_a), (ids_b, lp_b) in zip(got, want, strict=True):
+            assert ids_a == ids_b
+            torch.testing.assert_close(torch.tensor(lp_a), torch.tensor(lp_b),
+                                       atol=LOGPROB_ATOL, rtol=0)
+    alice, bob = outputs[0][0][0][1], outputs[0][3][0][1]  # prompt 0 under each adapter
+    assert max(abs(a - b) for a, b in zip(alice, bob)) > 1e-2, "the adapters differ"
