@@ -144,11 +144,11 @@ class HFBackend:
         source = [distinct.setdefault(key, len(distinct)) for key in keys for _ in range(n)]
         rows = torch.tensor(source)  # (R,): each row's distinct pair
         texts = [list(p) for p, _ in distinct]
-        prefix = 0  # common to every distinct prompt (a system prompt): run once per adapter
-        if self.share_prompts and len(texts) > 1:
-            prefix = common_prefix_length(texts)
-            prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
-        unique_ids, unique_mask = self._left_pad(texts, prefix)  # (D, P)
+        pair_adapters = [a for _, a in distinct]  # (D,)
+        prefixes = [0] * len(texts)  # (D,): the prefix each shares with its adapter's prompts
+        if self.share_prompts:
+            prefixes = shared_prefixes(texts, pair_adapters)
+        unique_ids, unique_mask = self._left_pad(texts, prefixes)  # (D, P)
         input_ids, attention = unique_ids[rows], unique_mask[rows]  # (R, P), (R, P)
         kwargs: dict[str, Any] = {}
         if names is not None:
@@ -164,13 +164,12 @@ class HFBackend:
             # our prefill even when nothing repeats: its length buckets and in-place cache
             # serve every call (share_prompts=False leaves all of it to transformers)
             if self.share_prompts and unique_ids.shape[1] > 1:
-                unique_names = [name for _, name in distinct] if names is not None else None
                 kwargs[cache_keyword(self.model)] = self._prefill(
                     unique_ids,
                     unique_mask,
                     rows.to(self.device),
-                    unique_names,
-                    prefix,
+                    pair_adapters if names is not None else None,
+                    prefixes,
                     room=sampling.max_new_tokens,
                 )
             sequences = self.model.generate(
@@ -190,46 +189,33 @@ class HFBackend:
         mask: torch.Tensor,
         rows: torch.Tensor,
         adapter_names: list[str | None] | None,
-        prefix: int = 0,
+        prefixes: Sequence[int] | None = None,
         room: int = 0,
     ) -> Any:
         """The key/value cache of every distinct prompt's tokens but its last, ``ids`` and
-        ``mask`` ``(D, P)``, computed once and laid out for the ``rows`` ``(R,)``: ``generate``
-        then runs only each row's last prompt token before sampling.
+        ``mask`` ``(D, P)`` (laid out by :meth:`_left_pad` with ``prefixes``), computed once and
+        laid out for the ``rows`` ``(R,)``: ``generate`` then runs only each row's last prompt
+        token before sampling.
 
-        With ``prefix`` > 0 the first ``prefix`` tokens, common to every row, run once for each
-        adapter of the call (one row each, in one forward: an adapter changes the keys and
-        values, so rows under different adapters cannot share them). The rest of each prompt
-        runs on that cache in buckets of similar length
+        A prompt's first ``prefixes[i]`` tokens are common to all the prompts of its adapter
+        (:func:`shared_prefixes`): each such prefix runs once, in one forward for all adapters
+        (a row each, left-padded to the longest; an adapter changes the keys and values, so
+        rows under different adapters cannot share them). The rest of each prompt runs on its
+        prefix's cache in buckets of similar length
         (:func:`~marl.agents.kv_cache.prefill_buckets`), so that a short prompt is not padded
         to the longest of the call. Each layer of the cache returned has ``room`` spare
         positions, which decoding fills in place (:mod:`marl.agents.kv_cache`)."""
         from marl.agents.kv_cache import assemble_rows, preallocatable, prefill_buckets
 
         d, width = ids.shape
-        own = width - 1 - prefix  # positions between the prefix and the last token
-        head_cache = None
-        head_of = torch.zeros(d, dtype=torch.long, device=ids.device)  # (D,) each prompt's head
-        if prefix:
-            extra: dict[str, Any] = {}
-            heads = 1
-            if adapter_names is not None:
-                names = list(dict.fromkeys(adapter_names))  # the call's adapters, in order
-                head_of = torch.tensor(
-                    [names.index(a) for a in adapter_names], device=ids.device
-                )  # (D,)
-                extra["adapter_names"] = names
-                heads = len(names)
-            head = self.model(
-                input_ids=ids[:1, :prefix].expand(heads, prefix),
-                use_cache=True,
-                logits_to_keep=1,
-                **extra,
-            )  # (A, prefix) tokens: the prefix under each adapter
-            head_cache = output_cache(head)
+        prefixes = list(prefixes) if prefixes is not None else [0] * d
+        prefix = max(prefixes)  # the head area: each row's prefix, right-aligned in it
+        own = width - 1 - prefix  # positions between the head area and the last token
+        head_cache, head_of = self._prefill_heads(ids, mask, adapter_names, prefixes)
         lengths = mask[:, prefix:-1].sum(dim=-1).tolist()  # (D,) each row's own positions
         if not prefix:  # nothing cached yet: every bucket runs a forward, of one position at least
             lengths = [max(1, length) for length in lengths]
+        starts = torch.tensor(prefixes, device=ids.device)  # (D,) where each own part begins
         plain = preallocatable(transformers_model(self.model).config)
         buckets = prefill_buckets(lengths) if plain else [list(range(d))]
         parts: list[tuple[torch.Tensor, Any]] = []
@@ -250,7 +236,7 @@ class HFBackend:
                 out = self.model(
                     input_ids=ids[members, window],  # (n_b, span)
                     attention_mask=torch.cat([mask[members, :prefix], own_mask], dim=1),
-                    position_ids=prefix + (own_mask.cumsum(dim=-1) - 1).clamp(min=0),
+                    position_ids=starts[members, None] + (own_mask.cumsum(dim=-1) - 1).clamp(min=0),
                     use_cache=True,
                     logits_to_keep=1,
                     **kwargs,
@@ -262,24 +248,72 @@ class HFBackend:
             cache = parts[0][1]
             cache.batch_select_indices(rows)
             return cache
-        # (R, H, prefix + own + room, D) a layer: each row's prefix, padding, own positions
+        # (R, H, prefix + own + room, D) a layer: each row's head area, padding, own positions
         return assemble_rows(parts, rows, prefix, own, room)
 
+    def _prefill_heads(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        adapter_names: list[str | None] | None,
+        prefixes: Sequence[int],
+    ) -> tuple[Any, torch.Tensor]:
+        """The caches of the call's shared prefixes, ``(heads + 1, H, head area, D)`` a layer
+        (None when no prompt shares one), and for each distinct prompt ``(D,)`` the index of its
+        prefix's row. A head is a distinct ``(adapter, prefix length)``, its tokens those of its
+        first prompt; prompts sharing nothing point at the last row, all zeros (masked)."""
+        d, area = ids.shape[0], max(prefixes)
+        if not area:
+            return None, torch.zeros(d, dtype=torch.long, device=ids.device)
+        keys = [(adapter_names[i] if adapter_names else None, prefixes[i]) for i in range(d)]
+        heads: dict[tuple[str | None, int], int] = {}
+        first: list[int] = []  # (heads,) the prompt whose tokens run for each head
+        for i, key in enumerate(keys):
+            if key[1] and key not in heads:
+                heads[key] = len(heads)
+                first.append(i)
+        head_of = torch.tensor([heads.get(k, len(heads)) for k in keys], device=ids.device)
+        chosen = torch.tensor(first, device=ids.device)  # (heads,)
+        head_mask = mask[chosen, :area]  # (heads, area), left-padded
+        extra = {"adapter_names": [keys[i][0] for i in first]} if adapter_names else {}
+        out = self.model(
+            input_ids=ids[chosen, :area],
+            attention_mask=head_mask,
+            position_ids=(head_mask.cumsum(dim=-1) - 1).clamp(min=0),
+            use_cache=True,
+            logits_to_keep=1,
+            **extra,
+        )
+        cache = output_cache(out)
+        padding = head_mask == 0  # (heads, area)
+        for layer in cache.layers:  # masked positions hold zeros (0 x NaN would be NaN), and a
+            # last row of zeros serves the prompts without a shared prefix
+            for attribute in ("keys", "values"):
+                tensor = getattr(layer, attribute)  # (heads, H, area, D)
+                tensor = tensor.masked_fill(padding[:, None, :, None], 0)
+                setattr(layer, attribute, torch.cat([tensor, tensor.new_zeros(tensor[:1].shape)]))
+        return cache, head_of
+
     def _left_pad(
-        self, rows: list[list[int]], prefix: int = 0
+        self, rows: list[list[int]], prefixes: Sequence[int] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-pad token id lists into ``(input_ids, attention_mask)``, both (R, P). With
-        ``prefix`` > 0 (the rows' first ``prefix`` tokens are the same) the padding goes after
-        that common prefix instead, so that its positions line up in every row."""
-        length = max(len(r) for r in rows)
+        ``prefixes`` (a shared prefix length per row) each row is laid out in two areas: its
+        prefix right-aligned in a head area as wide as the longest prefix, then the rest of the
+        row right-aligned after it. Rows whose prefixes are the same then hold it at the same
+        positions, and so does every row's last token. With no prefixes: plain left padding."""
+        prefixes = list(prefixes) if prefixes is not None else [0] * len(rows)
+        area = max(prefixes)
+        length = area + max(len(r) - p for r, p in zip(rows, prefixes, strict=True))
         ids = torch.full((len(rows), length), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros(len(rows), length, dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, length - len(row) + prefix :] = torch.tensor(row[prefix:], dtype=torch.long)
-            mask[i, length - len(row) + prefix :] = 1
+        for i, (row, prefix) in enumerate(zip(rows, prefixes, strict=True)):
+            rest = len(row) - prefix
+            ids[i, length - rest :] = torch.tensor(row[prefix:], dtype=torch.long)
+            mask[i, length - rest :] = 1
             if prefix:
-                ids[i, :prefix] = torch.tensor(row[:prefix], dtype=torch.long)
-                mask[i, :prefix] = 1
+                ids[i, area - prefix : area] = torch.tensor(row[:prefix], dtype=torch.long)
+                mask[i, area - prefix : area] = 1
         return ids.to(self.device), mask.to(self.device)
 
     def _generation_config(self, sampling: SamplingConfig) -> Any:
@@ -396,6 +430,23 @@ class HFBackend:
                 f"generate: unknown adapter(s) {unknown}; loaded adapters: {sorted(self.adapters)}"
             )
         return [BASE_ADAPTER if a is None else a for a in adapters]
+
+
+def shared_prefixes(texts: Sequence[Sequence[int]], adapters: Sequence[str | None]) -> list[int]:
+    """For each of ``texts`` (distinct prompts, each under ``adapters[i]``), the length of the
+    prefix it shares with every other prompt of its adapter: run once a call for all of them.
+    0 for a prompt alone under its adapter, or when the common part is shorter than
+    ``MIN_SHARED_PREFIX`` tokens; a prompt keeps at least one token after its prefix."""
+    groups: dict[str | None, list[int]] = {}
+    for i, adapter in enumerate(adapters):
+        groups.setdefault(adapter, []).append(i)
+    prefixes = [0] * len(texts)
+    for members in groups.values():
+        length = common_prefix_length([texts[i] for i in members])
+        if length >= MIN_SHARED_PREFIX:
+            for i in members:
+                prefixes[i] = length
+    return prefixes
 
 
 def _check_adapter_name(name: str) -> None:

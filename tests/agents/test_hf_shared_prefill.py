@@ -234,21 +234,30 @@ def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> Non
             for i, (name, p) in enumerate(backend.model.named_parameters()):
                 if "lora_B" in name:
                     p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(i))
-        prompts = _system_prompts(backend.tokenizer)
-        prompts = prompts + prompts[:2]  # (prompt 0, bob) is distinct from (prompt 0, alice)
-        adapters = ["alice", "bob", None, "bob", "alice"]
+        tok = backend.tokenizer
+        prompts = _system_prompts(tok)
+        longer = tok.apply_chat_template(  # shares more than the system turn with prompt 2
+            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi there"}],
+            add_generation_prompt=True, tokenize=True, return_dict=False,
+        )
+        # (prompt 0, bob) is distinct from (prompt 0, alice); the base model's two prompts
+        # share a longer prefix than alice's or bob's
+        prompts = [*prompts, prompts[0], prompts[1], longer]
+        adapters = ["alice", "bob", None, "bob", "alice", None]
         calls = _Calls(backend.model.get_base_model().model)
         greedy = SamplingConfig(max_new_tokens=8, temperature=0.0, n=2)
         groups = backend.generate(prompts, greedy, adapters=adapters)
         outputs.append([[(g.response_ids, g.logprobs) for g in group] for group in groups])
         first = calls.calls[0][0]
-        if share:  # the prefix under alice, bob and the base model: three rows, one forward
-            prefix = len(first[0])
-            assert len(first) == 3 and first[0] == first[1] == first[2]
-            assert all(p[:prefix] == first[0] for p in prompts)
-            assert prefix > len(SYSTEM) // 4  # the system turn, not a token or two
+        if share:  # each adapter's shared prefix once: three rows of one forward
+            assert len(first) == 3
+            alice, bob, base = first
+            assert alice == bob == prompts[0][: len(alice)] == prompts[1][: len(alice)]
+            assert len(alice) > len(SYSTEM) // 4  # the system turn, not a token or two
+            assert len(base) > len(alice) and base == longer[: len(base)] == prompts[2][: len(base)]
+            assert not any(cached for _, cached in calls.calls[:1])
         else:
-            assert len(first) == 10  # every row, whole
+            assert len(first) == 12  # every row, whole
     for got, want in zip(*outputs, strict=True):
         for (ids_a, lp_a), (ids_b, lp_b) in zip(got, want, strict=True):
             assert ids_a == ids_b
