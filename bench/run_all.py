@@ -43,6 +43,7 @@ BENCHES: list[tuple[str, str, tuple[str, ...], bool, list[str]]] = [
     ("trl_vs_marl.py", "trl_vs_marl", ("trl", "embedded"), False, []),
     ("decode_step.py", "decode_step", ("embedded",), False, []),
     ("prefill_overhead.py", "prefill_overhead", ("embedded",), False, []),
+    ("adapter_prefix.py", "adapter_prefix", ("embedded",), False, []),
 ]
 
 
