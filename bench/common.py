@@ -8,6 +8,7 @@ shared, so a figure means little without it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -56,6 +57,17 @@ def alternate(
         name: {"values": v, "min": min(v), "median": statistics.median(v), "max": max(v)}
         for name, v in values.items()
     }
+
+
+def model_parser(description: str) -> argparse.ArgumentParser:
+    """A benchmark's argument parser with what every model benchmark takes: ``--model``
+    (embedded: SmolLM2; tiny: the test model), ``--dtype``, ``--threads``, ``--rounds``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", choices=("embedded", "tiny"), default="embedded")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    return p
 
 
 def timed(fn: Callable[[], Any]) -> float:

@@ -21,7 +21,6 @@ time is ``(generate of 49 tokens - generate of 1 token) / 48``. The contenders a
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import alternate, machine, row, timed, write  # noqa: E402
+from common import alternate, machine, model_parser, row, timed, write  # noqa: E402
 
 from marl.agents.attention import CPU_DECODE_ATTENTION  # noqa: E402
 from marl.agents.backends import SamplingConfig  # noqa: E402
@@ -76,11 +75,7 @@ def step_seconds(backend: HFBackend, prompts: list[list[int]], attention: str) -
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("embedded", "tiny"), default="embedded")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=3)
+    p = model_parser(__doc__.splitlines()[0])
     p.add_argument("--rows", nargs="+", type=int, default=[2, 16])
     args = p.parse_args()
     import torch

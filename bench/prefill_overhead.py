@@ -24,13 +24,12 @@ weighs the large shapes most and puts the fixed cost lower. The shapes take turn
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import alternate, machine, row, timed, write  # noqa: E402
+from common import alternate, machine, model_parser, row, timed, write  # noqa: E402
 
 from marl.agents.kv_cache import BUCKET_OVERHEAD  # noqa: E402
 from marl.agents.logprobs import cache_keyword, cache_rows, output_cache  # noqa: E402
@@ -48,11 +47,7 @@ def fit_costs(shapes: list[tuple[int, int]], seconds: list[float]) -> tuple[floa
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("embedded", "tiny"), default="embedded")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=3)
+    p = model_parser(__doc__.splitlines()[0])
     p.add_argument("--prefix", type=int, default=190)
     p.add_argument("--rows", nargs="+", type=int, default=[1, 4, 16])
     p.add_argument("--spans", nargs="+", type=int, default=[2, 8, 32, 128])
