@@ -228,7 +228,7 @@ def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> Non
     for share in (True, False):
         backend = HFBackend(ModelSpec(seed=2), share_prompts=share)
         torch.manual_seed(0)  # the adapters' A matrices
-        for name in ("alice", "bob"):
+        for name in ("alice", "bob", "carol"):
             backend.add_adapter(name)
         with torch.no_grad():  # two different non-zero adapters
             for i, (name, p) in enumerate(backend.model.named_parameters()):
@@ -241,9 +241,9 @@ def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> Non
             add_generation_prompt=True, tokenize=True, return_dict=False,
         )
         # (prompt 0, bob) is distinct from (prompt 0, alice); the base model's two prompts
-        # share a longer prefix than alice's or bob's
-        prompts = [*prompts, prompts[0], prompts[1], longer]
-        adapters = ["alice", "bob", None, "bob", "alice", None]
+        # share a longer prefix than alice's or bob's; carol's one prompt shares nothing
+        prompts = [*prompts, prompts[0], prompts[1], longer, prompts[0]]
+        adapters = ["alice", "bob", None, "bob", "alice", None, "carol"]
         calls = _Calls(backend.model.get_base_model().model)
         greedy = SamplingConfig(max_new_tokens=8, temperature=0.0, n=2)
         groups = backend.generate(prompts, greedy, adapters=adapters)
@@ -257,7 +257,7 @@ def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> Non
             assert len(base) > len(alice) and base == longer[: len(base)] == prompts[2][: len(base)]
             assert not any(cached for _, cached in calls.calls[:1])
         else:
-            assert len(first) == 12  # every row, whole
+            assert len(first) == 14  # every row, whole
     for got, want in zip(*outputs, strict=True):
         for (ids_a, lp_a), (ids_b, lp_b) in zip(got, want, strict=True):
             assert ids_a == ids_b
@@ -265,3 +265,23 @@ def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> Non
                                        atol=LOGPROB_ATOL, rtol=0)
     alice, bob = outputs[0][0][0][1], outputs[0][3][0][1]  # prompt 0 under each adapter
     assert max(abs(a - b) for a, b in zip(alice, bob)) > 1e-2, "the adapters differ"
+
+
+def test_shared_prefixes_are_per_adapter_and_leave_a_token() -> None:
+    from marl.agents.backends.hf import shared_prefixes
+    from marl.agents.logprobs import MIN_SHARED_PREFIX
+
+    system = list(range(100, 100 + MIN_SHARED_PREFIX))
+    texts = [
+        system + [1, 2, 3],  # alice
+        system + [1, 2, 4],  # alice: shares system + [1, 2]
+        system + [9],  # bob: alone under bob
+        [7] * (MIN_SHARED_PREFIX + 1),  # base
+        [7] * (MIN_SHARED_PREFIX + 1) + [5],  # base: all of the shorter but its last token
+        system[:3] + [8],  # carol
+        system[:3] + [6],  # carol: 3 tokens in common, too few
+    ]
+    adapters = ["alice", "alice", "bob", None, None, "carol", "carol"]
+    want = [MIN_SHARED_PREFIX + 2] * 2 + [0] + [MIN_SHARED_PREFIX] * 2 + [0, 0]
+    assert shared_prefixes(texts, adapters) == want
+    assert shared_prefixes(texts, ["one"] * len(texts)) == [0] * len(texts)  # 3 in common
