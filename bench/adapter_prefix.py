@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import alternate, machine, row, timed, write  # noqa: E402
+from common import alternate, inference_backends, machine, row, timed, write  # noqa: E402
 
 import marl  # noqa: E402
 import marl.agents.backends.hf as hf  # noqa: E402
@@ -41,16 +41,10 @@ from marl.agents.prompts import prompt_ids  # noqa: E402
 def lora_backend(scenario: str) -> tuple[Any, dict[str, str]]:
     """SmolLM2 (bf16) with an adapter per agent of ``scenario``, as ``sharing: lora`` builds
     it, and each agent's adapter name."""
-    from marl.config import load_config
-    from marl.policies import InferencePolicies
-    from marl.policy_map import plan_for
-
-    loaded = load_config({"scenario": {"name": scenario},
-                          "model": {"kind": "embedded", "dtype": "bfloat16"}, "sharing": "lora"})
-    plan = plan_for(loaded)
-    views = InferencePolicies(plan, loaded).backends  # policy -> its view of the one model
-    base = next(iter(views.values())).base
-    return base, {a: views[pid].adapter for pid, spec in plan.policies.items() for a in spec.agents}
+    views, owner = inference_backends({"scenario": {"name": scenario}, "sharing": "lora",
+                                       "model": {"kind": "embedded", "dtype": "bfloat16"}})
+    base = next(iter(views.values())).base  # each view: the one model under its adapter
+    return base, {agent: views[pid].adapter for agent, pid in owner.items()}
 
 
 def first_round_call(scenario: str, tokenizer: Any, adapter_of: dict[str, str], seeds: int,

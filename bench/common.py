@@ -70,6 +70,19 @@ def model_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def inference_backends(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """What ``marl train`` would generate with for ``config`` (a config's overrides, as a
+    dict): each policy's rollout backend, by policy id, and each agent's policy id."""
+    from marl.config import load_config
+    from marl.policies import InferencePolicies
+    from marl.policy_map import plan_for
+
+    loaded = load_config(config)
+    plan = plan_for(loaded)
+    owner = {agent: pid for pid, spec in plan.policies.items() for agent in spec.agents}
+    return dict(InferencePolicies(plan, loaded).backends), owner
+
+
 def timed(fn: Callable[[], Any]) -> float:
     """Wall seconds of one call of ``fn``."""
     began = time.perf_counter()

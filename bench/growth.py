@@ -56,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, alternate, machine, quick, row, write  # noqa: E402
+from common import RESULTS, alternate, inference_backends, machine, quick, row, write  # noqa: E402
 
 import marl  # noqa: E402
 from marl.agents.backends import Generation, SamplingConfig  # noqa: E402
@@ -148,24 +148,16 @@ def llm_policies(
 ) -> tuple[dict[str, Any], Any]:
     """Backends (``model``: tiny or embedded) and ``policy_of`` for ``agents`` agents under
     ``mode``."""
-    from marl.config import load_config
-    from marl.policies import InferencePolicies
-    from marl.policy_map import plan_for
-
     names = [f"p{i}" for i in range(agents)]
-    sharing = "shared" if mode == "shared" else "lora"
-    loaded = load_config(
+    backends, owner = inference_backends(
         {
             "scenario": {"name": scenario, "overrides": {"agents": names}},
             "model": {"kind": model, "dtype": dtype},
-            "sharing": sharing,
+            "sharing": "shared" if mode == "shared" else "lora",
         }
     )
-    plan = plan_for(loaded)
-    backends = dict(InferencePolicies(plan, loaded).backends)
     if mode == "lora-separate":
         backends = {pid: OwnCall(b) for pid, b in backends.items()}
-    owner = {a: pid for pid, spec in plan.policies.items() for a in spec.agents}
     return backends, owner.__getitem__
 
 

@@ -8,6 +8,12 @@ from typing import Literal
 ViolationKind = Literal["not_neighbour", "unknown_agent", "over_budget", "too_many", "empty"]
 
 
+def round_tag(round_index: int) -> str:
+    """How an observation dates a line (a message, a notice): ``[round N]``, counting from 1 like
+    the observation's ``Round N of M.`` header, while rounds count from 0 in the code."""
+    return f"[round {round_index + 1}]"
+
+
 @dataclass(frozen=True)
 class Message:
     """A message as delivered: who sent it, who received it, in which round, and its text."""
@@ -28,6 +34,5 @@ class Violation:
     detail: str
 
     def notice(self) -> str:
-        """The sentence the sender reads in its next observation; rounds count from 1 there, as
-        in the observation's header (``round`` itself counts from 0)."""
-        return f"[round {self.round + 1}] {self.detail}"
+        """The sentence the sender reads in its next observation."""
+        return f"{round_tag(self.round)} {self.detail}"

@@ -21,7 +21,7 @@ from pettingzoo import ParallelEnv
 
 from marl.protocols.graphs import build_graph, depends_on_seed, rewires_at
 from marl.protocols.markup import IDLE_REPLY, SAY_FORM, markup_instructions, parse_completion
-from marl.protocols.messages import Message, Violation
+from marl.protocols.messages import Message, Violation, round_tag
 from marl.protocols.router import Router
 from marl.protocols.tools import tool_instructions
 from marl.scenarios.rules import RULES, RoundResult, Rules
@@ -252,7 +252,7 @@ class TextScenarioEnv(ParallelEnv):
             if outgoing and not rules.can_talk(agent, rnd):
                 router.counts["muted"] += len(outgoing)
                 notices.append(
-                    f"[round {rnd + 1}] Nobody can hear you this round; your message was dropped."
+                    f"{round_tag(rnd)} Nobody can hear you this round; your message was dropped."
                 )
                 outgoing = []
             delivered, violations = router.route(
@@ -262,7 +262,7 @@ class TextScenarioEnv(ParallelEnv):
             notices += [v.notice() for v in violations]
             if result.errors:
                 notices.append(
-                    f"[round {rnd + 1}] Your reply was malformed: {'; '.join(result.errors)}."
+                    f"{round_tag(rnd)} Your reply was malformed: {'; '.join(result.errors)}."
                 )
             turn_logs[agent] = TurnLog(
                 rnd,
@@ -286,7 +286,7 @@ class TextScenarioEnv(ParallelEnv):
                 turn_logs[agent].invalid_action = reason
                 if act[agent] is None and parsed[agent].errors:
                     continue  # no action because the reply was malformed: already noticed
-                new_notices[agent].append(f"[round {rnd + 1}] Your action was not valid: {reason}")
+                new_notices[agent].append(f"{round_tag(rnd)} Your action was not valid: {reason}")
         rewards = self._mix_rewards(outcome)
         for agent in agents:
             if parsed[agent].errors or agent in outcome.invalid:
@@ -410,12 +410,12 @@ class TextScenarioEnv(ParallelEnv):
         if state.inbox[agent]:
             lines.append("Messages you received:")
             lines += [
-                f"  [round {m.round + 1}] {m.sender}: {m.text}" for m in state.inbox[agent][-20:]
+                f"  {round_tag(m.round)} {m.sender}: {m.text}" for m in state.inbox[agent][-20:]
             ]
         if state.outbox[agent]:
             lines.append("Messages you sent:")
             lines += [
-                f"  [round {m.round + 1}] to {', '.join(m.receivers)}: {m.text}"
+                f"  {round_tag(m.round)} to {', '.join(m.receivers)}: {m.text}"
                 for m in state.outbox[agent][-10:]
             ]
         if state.notices[agent]:

@@ -4,9 +4,9 @@ Every call to :meth:`HFBackend.generate` is ONE ``model.generate`` over all prom
 samples, left-padded. Identical prompts (the G episodes of a GRPO group often show an agent the
 same one) and the ``n`` samples of a prompt share one prefill: each distinct prompt (with its
 adapter) runs through the model once, its key/value cache is indexed out to all its rows, and
-``generate`` continues from that cache. When every distinct prompt of a call begins with the
-same 16 tokens or more (a system prompt) under one adapter, that prefix runs once too, and the
-padding goes between it and the rest of each prompt. The rest runs in buckets of similar
+``generate`` continues from that cache. When the distinct prompts under one adapter begin with
+the same 16 tokens or more (a system prompt), that prefix runs once too, once per adapter, and
+the padding goes between it and the rest of each prompt. The rest runs in buckets of similar
 length, and decoding writes into a cache with room for the new tokens
 (:mod:`marl.agents.kv_cache`); ``share_prompts=False`` turns all this off. Several LoRA
 adapters share the base model and still fit in that one call: peft routes each row to its
@@ -189,7 +189,7 @@ class HFBackend:
         mask: torch.Tensor,
         rows: torch.Tensor,
         adapter_names: list[str | None] | None,
-        prefixes: Sequence[int] | None = None,
+        prefixes: Sequence[int],
         room: int = 0,
     ) -> Any:
         """The key/value cache of every distinct prompt's tokens but its last, ``ids`` and
@@ -208,7 +208,6 @@ class HFBackend:
         from marl.agents.kv_cache import assemble_rows, preallocatable, prefill_buckets
 
         d, width = ids.shape
-        prefixes = list(prefixes) if prefixes is not None else [0] * d
         prefix = max(prefixes)  # the head area: each row's prefix, right-aligned in it
         own = width - 1 - prefix  # positions between the head area and the last token
         head_cache, head_of = self._prefill_heads(ids, mask, adapter_names, prefixes)
@@ -258,10 +257,10 @@ class HFBackend:
         adapter_names: list[str | None] | None,
         prefixes: Sequence[int],
     ) -> tuple[Any, torch.Tensor]:
-        """The caches of the call's shared prefixes, ``(heads + 1, H, head area, D)`` a layer
-        (None when no prompt shares one), and for each distinct prompt ``(D,)`` the index of its
+        """The caches of the call's shared prefixes, ``(heads, H, head area, D)`` a layer (None
+        when no prompt shares one), and for each distinct prompt ``(D,)`` the index of its
         prefix's row. A head is a distinct ``(adapter, prefix length)``, its tokens those of its
-        first prompt; prompts sharing nothing point at the last row, all zeros (masked)."""
+        first prompt. When some prompt shares nothing, a last row of zeros (masked) serves it."""
         d, area = ids.shape[0], max(prefixes)
         if not area:
             return None, torch.zeros(d, dtype=torch.long, device=ids.device)
@@ -285,13 +284,18 @@ class HFBackend:
             **extra,
         )
         cache = output_cache(out)
-        padding = head_mask == 0  # (heads, area)
-        for layer in cache.layers:  # masked positions hold zeros (0 x NaN would be NaN), and a
-            # last row of zeros serves the prompts without a shared prefix
-            for attribute in ("keys", "values"):
-                tensor = getattr(layer, attribute)  # (heads, H, area, D)
-                tensor = tensor.masked_fill(padding[:, None, :, None], 0)
-                setattr(layer, attribute, torch.cat([tensor, tensor.new_zeros(tensor[:1].shape)]))
+        padding = head_mask == 0  # (heads, area); none with one head or prefixes of one length
+        padded = bool(padding.any())
+        unshared = bool((head_of == len(heads)).any())  # a prompt with no prefix of its own
+        if padded or unshared:
+            for layer in cache.layers:
+                for attribute in ("keys", "values"):
+                    tensor = getattr(layer, attribute)  # (heads, H, area, D)
+                    if padded:  # masked positions hold zeros (0 x NaN would be NaN)
+                        tensor = tensor.masked_fill(padding[:, None, :, None], 0)
+                    if unshared:
+                        tensor = torch.cat([tensor, tensor.new_zeros(tensor[:1].shape)])
+                    setattr(layer, attribute, tensor)
         return cache, head_of
 
     def _left_pad(

@@ -230,7 +230,7 @@ def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> Non
         torch.manual_seed(0)  # the adapters' A matrices
         for name in ("alice", "bob", "carol"):
             backend.add_adapter(name)
-        with torch.no_grad():  # two different non-zero adapters
+        with torch.no_grad():  # three different non-zero adapters
             for i, (name, p) in enumerate(backend.model.named_parameters()):
                 if "lora_B" in name:
                     p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(i))
