@@ -58,7 +58,7 @@ class ModelFetchError(RuntimeError):
 
 
 MODEL_KINDS = ("tiny", "embedded", "hf")
-MODEL_DTYPES = ("float32", "bfloat16")
+MODEL_DTYPES = ("auto", "float32", "bfloat16")
 
 
 @dataclass
@@ -71,11 +71,15 @@ class ModelSpec:
     path:     kind ``hf``: the model directory (required). Kind ``embedded``: the cache root to
               use instead of $MARL_CACHE_DIR / $XDG_CACHE_HOME/marl / ~/.cache/marl. Kind
               ``tiny``: ignored.
-    dtype:    ``float32`` or ``bfloat16``: the weights the rollout generates with and the
-              learner's forward and backward passes run in. With bfloat16 the learner keeps fp32
-              master weights and AdamW state (mixed precision: the optimizer steps the masters
-              and rounds them into the bf16 model), so updates smaller than bf16's resolution
-              still accumulate; checkpoints hold the bf16 weights and the masters.
+    dtype:    ``auto``, ``float32`` or ``bfloat16``: the weights the rollout generates with and
+              the learner's forward and backward passes run in. ``auto`` (the default) is
+              bfloat16 where the device computes it fast (a CUDA device with native bf16; a CPU
+              with AVX512-BF16 or AMX) and float32 elsewhere (:mod:`marl.agents.precision`);
+              the tiny test model stays float32. A run decides it once at start and prints it.
+              With bfloat16 the learner keeps fp32 master weights and AdamW state (mixed
+              precision: the optimizer steps the masters and rounds them into the bf16 model), so
+              updates smaller than bf16's resolution still accumulate; checkpoints hold the bf16
+              weights and the masters.
     hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings: the tiny
               model's sizes (kind ``tiny`` only; positions are characters, one token each).
     seed:     the tiny model's initial weights are a pure function of this seed.
@@ -86,7 +90,7 @@ class ModelSpec:
 
     kind: str = "tiny"
     path: str | None = None
-    dtype: str = "float32"
+    dtype: str = "auto"
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 4
@@ -120,24 +124,28 @@ class ModelSpec:
                 f"size (rotary embeddings), got {self.hidden_size}"
             )
 
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        """The spec's dtype as a torch dtype."""
-        import torch
+    def torch_dtype(self, device: str | torch.device | None = None) -> torch.dtype:
+        """The torch dtype this spec's model computes in on ``device`` (None: the CPU);
+        ``auto`` resolved by :func:`marl.agents.precision.resolve_dtype`."""
+        from marl.agents.precision import resolve_dtype, torch_dtype
 
-        return torch.bfloat16 if self.dtype == "bfloat16" else torch.float32
+        return torch_dtype(resolve_dtype(self.dtype, device or "cpu", self.kind))
 
 
-def load_model(spec: ModelSpec) -> tuple[PreTrainedModel, Any]:
-    """Build or load the model named by ``spec``; returns ``(model, tokenizer)`` in eval mode."""
+def load_model(
+    spec: ModelSpec, device: str | torch.device | None = None
+) -> tuple[PreTrainedModel, Any]:
+    """Build or load the model named by ``spec`` on ``device`` (None: the CPU), in the dtype
+    the spec means there; returns ``(model, tokenizer)`` in eval mode."""
+    dtype = spec.torch_dtype(device)
     if spec.kind == "tiny":
         model, tokenizer = build_tiny_model(spec), build_char_tokenizer()
     elif spec.kind == "embedded":
         cache = Path(spec.path) if spec.path else None
-        model, tokenizer = _load_local(fetch_embedded_model(cache_dir=cache), spec.torch_dtype)
+        model, tokenizer = _load_local(fetch_embedded_model(cache_dir=cache), dtype)
     else:
-        model, tokenizer = _load_local(Path(str(spec.path)), spec.torch_dtype)
-    model = model.to(spec.torch_dtype)
+        model, tokenizer = _load_local(Path(str(spec.path)), dtype)
+    model = model.to(device=device, dtype=dtype)
     model.eval()
     contiguous_head_input(model)
     prepare_tokenizer(tokenizer)

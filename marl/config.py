@@ -378,8 +378,9 @@ class PolicyConfig:
                LoRA policies over the same base share ONE copy of it on the rollout side.
     trainable: false = a frozen policy (an opponent, a fixed partner): it plays, never learns,
                and gets no learner and no device of its own.
-    num_gpus:  GPUs for its learner (fractions share a GPU); null = one GPU per trainable policy
-               where GPUs exist, none otherwise.
+    num_gpus:  GPUs for its learner (fractions share a GPU); null = packed onto the GPUs there
+               are: one each when there are enough, equal shares when there are fewer (2
+               policies on 1 GPU: 0.5 each), none without GPUs. The rollout shares them.
     lr, beta:  this policy's learning rate and KL weight; null = ``algo.lr`` / ``algo.beta``.
     """
 

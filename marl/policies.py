@@ -226,9 +226,7 @@ def _adapter_active(model: Any, adapter: str | None) -> Iterator[None]:
 
 
 def _backend(config: Config, model: ModelSpec, device: str | None, **kwargs: Any) -> PolicyBackend:
-    loaded, tokenizer = load_model(model)
-    if device is not None:
-        loaded = loaded.to(device)
+    loaded, tokenizer = load_model(model, device)
     return make_backend(
         config.backend, model=loaded, tokenizer=tokenizer, **_backend_options(config, kwargs)
     )
@@ -254,9 +252,7 @@ class PolicyLearner:
         self.spec = spec
         self.colocated = model is not None
         if model is None:
-            model, tokenizer = load_model(spec.model)
-            if device is not None:
-                model = model.to(device)
+            model, tokenizer = load_model(spec.model, device)
             if spec.lora is not None:
                 model = _with_adapter(model, spec, config.seed)
         self.model = model

@@ -22,6 +22,7 @@ key: an agent with no policy, a policy nobody uses, a map entry naming no agent 
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -235,14 +236,30 @@ def _spec(
     )
 
 
-def gpu_requests(plan: PolicyPlan, gpus_exist: bool) -> dict[str, float]:
-    """GPUs each trainable policy's learner takes: its ``num_gpus``, or (null) one GPU where
-    GPUs exist and none otherwise. Frozen policies take none."""
-    return {
-        pid: (spec.num_gpus if spec.num_gpus is not None else (1.0 if gpus_exist else 0.0))
-        for pid, spec in plan.policies.items()
-        if spec.trainable
-    }
+def gpu_requests(plan: PolicyPlan, total: float, reserved: float = 0.0) -> dict[str, float]:
+    """GPUs each trainable policy's learner takes, out of ``total`` GPUs of which ``reserved``
+    go to other actors. An explicit ``num_gpus`` stays as written. The others (null) are packed
+    onto the GPUs left: one each when there are enough, else equal shares of them, each share
+    ``1 / k`` of a GPU for the smallest whole ``k`` that fits them all, so that every share
+    lies on one GPU (Ray never splits a fraction across devices). No GPUs: none. Frozen
+    policies take none (their generation runs in the rollout workers)."""
+    requests = {pid: spec.num_gpus for pid, spec in plan.policies.items() if spec.trainable}
+    packed = [pid for pid, gpus in requests.items() if gpus is None]
+    left = total - reserved - sum(g for g in requests.values() if g is not None)
+    share = _packed_share(len(packed), left) if total > 0 else 0.0
+    return {pid: (share if gpus is None else gpus) for pid, gpus in requests.items()}
+
+
+def _packed_share(policies: int, left: float) -> float:
+    """Each of ``policies`` policies' share of ``left`` free GPUs (see :func:`gpu_requests`)."""
+    whole = int(left + 1e-9)
+    if not policies or left <= 1e-9:
+        return 0.0
+    if whole >= policies:
+        return 1.0
+    if whole >= 1:
+        return 1.0 / math.ceil(policies / whole)
+    return left / policies  # what remains of one partly used GPU
 
 
 def assign_gpus(
@@ -255,7 +272,7 @@ def assign_gpus(
     """The learners' GPU requests, checked against ``total`` GPUs (``largest_node``: the most
     on one node); ``reserved`` GPUs are taken by other actors. Raises ConfigError naming the
     policies whose request cannot be met."""
-    requests = gpu_requests(plan, total > 0)
+    requests = gpu_requests(plan, total, reserved)
     largest = total if largest_node is None else largest_node
     for pid, gpus in requests.items():
         if gpus > largest:

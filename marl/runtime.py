@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from marl.config import Config, ConfigError
 from marl.credit import CreditResult
+from marl.machine import local_gpu_count
 from marl.policy_map import PolicyPlan, assign_gpus
 from marl.rollout import RolloutResult
 from marl.workers import RolloutWorker
@@ -109,10 +110,9 @@ class LocalRuntime:
         self.plan = plan
         self.requests: dict[str, float] = {}
         if plan is not None:
-            import torch
-
-            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            self.requests = assign_gpus(plan, count, source="torch.cuda.device_count()")
+            self.requests = assign_gpus(
+                plan, local_gpu_count(), source="torch.cuda.device_count()"
+            )
         # one process, one device: CUDA when any policy asked for a GPU and torch has one
         device = local_device(max(self.requests.values(), default=0.0))
         self.worker = RolloutWorker(config, plan, device=device)

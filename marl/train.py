@@ -10,6 +10,7 @@ against the scenario's agents before anything is built. The phases run in this p
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +25,7 @@ from marl.credit_phase import credit_phase, mean_influence
 from marl.emergence import tracker_for
 from marl.evaluation import due, evaluation_metrics
 from marl.hparams import run_hparams, run_overrides, trial_id
+from marl.machine import fit_machine, local_gpu_count
 from marl.metrics import rollout_metrics
 from marl.outcomes import episode_bonuses, outcome_metrics
 from marl.policy_map import PolicyPlan, assign_gpus, plan_for
@@ -68,10 +70,7 @@ def check_config(config: Config) -> PolicyPlan | None:
     _check_warmup(config)
     r = config.ray
     if not r.enabled:
-        import torch
-
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        assign_gpus(plan, count, source="torch.cuda.device_count()")
+        assign_gpus(plan, local_gpu_count(), source="torch.cuda.device_count()")
     elif not r.address and r.num_gpus is not None:
         workers = min(r.num_rollout_workers, config.train.seeds_per_step)
         assign_gpus(plan, r.num_gpus, source="ray.num_gpus", reserved=workers * r.worker_num_gpus)
@@ -121,6 +120,11 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
     """Train as configured; returns the last iteration's metrics."""
     config = load_config(cfg)
     plan = check_config(config)
+    config, plan, machine = fit_machine(config, plan)
+    if plan is not None:
+        print(machine.line(), flush=True)
+        if machine.warning:
+            print(machine.warning, file=sys.stderr, flush=True)
     resume = load_checkpoint(config.resume) if config.resume else None
     if resume is not None:
         check_resume(resume, config)  # the scenario it was trained on

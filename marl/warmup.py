@@ -257,7 +257,7 @@ class Imitator:
         loss_sum = 0.0
         for start in range(0, len(encoded), self.batch_size):
             batch = encoded[start : start + self.batch_size]
-            with _autocast(self.autocast):
+            with _autocast(self.autocast, self.model):
                 loss, tokens = imitation_loss(
                     self.model,
                     [p for p, _ in batch],
@@ -297,10 +297,10 @@ class Imitator:
         return float(loss)
 
 
-def _autocast(enabled: bool) -> Any:
-    if enabled:
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return torch.autocast("cpu", enabled=False)
+def _autocast(enabled: bool, model: nn.Module) -> Any:
+    """bf16 autocast (``enabled``) on the device of ``model``'s weights, or none."""
+    device = next(model.parameters()).device.type
+    return torch.autocast(device, dtype=torch.bfloat16, enabled=enabled)
 
 
 def run_warmup(

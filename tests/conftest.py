@@ -12,3 +12,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("ray") and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test whose expectation holds only on a machine without a GPU: torch reports no
+    CUDA device for its duration, so the platform places everything on the CPU, as on CI."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)

@@ -153,21 +153,62 @@ def test_device_requests_that_cannot_be_met_fail_naming_the_policies() -> None:
     big = _plan(policies={"shared": {"num_gpus": 2}})
     with pytest.raises(ConfigError, match="policies.shared.num_gpus: asks for 2 GPU"):
         assign_gpus(big, 4, largest_node=1, source="the Ray cluster")
-    # auto: a GPU per trainable policy where GPUs exist, none on a CPU machine; frozen: never
+    # null: packed onto the GPUs there are, none on a CPU machine; frozen: never
     mixed = _plan(**MIXED)
     assert assign_gpus(mixed, 0) == {"own": 0.0, "team": 0.0}
     assert assign_gpus(mixed, 2) == {"own": 1.0, "team": 1.0}
 
 
+@pytest.mark.parametrize(
+    ("policies", "gpus", "share"),
+    [
+        (["a", "b"], 1, 0.5),  # the demo on one GPU: two adapters share it
+        (["a", "b", "c"], 1, 1 / 3),
+        (["a", "b"], 2, 1.0),  # one each
+        (["a", "b", "c"], 2, 0.5),  # 2/3 each would not fit: a share never spans two GPUs
+        (["a", "b", "c", "d"], 2, 0.5),
+        (["a", "b", "c", "d", "e"], 2, 1 / 3),
+    ],
+)
+def test_null_requests_pack_onto_the_gpus_there_are(policies, gpus, share) -> None:
+    plan = resolve_policies(load_config(config(sharing="independent")), policies)
+    requests = assign_gpus(plan, gpus)
+    assert requests == pytest.approx({p: share for p in policies})
+    # each share lies whole on one GPU: the GPUs hold every policy, shares placed greedily
+    free = [1.0] * gpus
+    for pid in policies:
+        fits = next(i for i, left in enumerate(free) if left >= requests[pid] - 1e-9)
+        free[fits] -= requests[pid]
 
-def test_impossible_device_requests_fail_before_anything_starts(tmp_path: Path) -> None:
-    # in one process: against torch.cuda (this machine has no GPU)
+
+def test_explicit_requests_stay_and_null_ones_share_what_is_left() -> None:
+    explicit = {"policies": {"a": {"num_gpus": 1}}}
+    plan = resolve_policies(load_config(config(sharing="independent", **explicit)), ["a", "b", "c"])
+    assert assign_gpus(plan, 2) == pytest.approx({"a": 1.0, "b": 0.5, "c": 0.5})
+    assert assign_gpus(plan, 3) == pytest.approx({"a": 1.0, "b": 1.0, "c": 1.0})
+    # what rollout workers reserve is not packed onto
+    assert assign_gpus(plan, 3, reserved=1) == pytest.approx({"a": 1.0, "b": 0.5, "c": 0.5})
+    with pytest.raises(ConfigError, match=r"policies\.a\.num_gpus: asks for 1 GPU"):
+        assign_gpus(plan, 0.5)
+
+
+
+def test_impossible_device_requests_fail_before_anything_starts(
+    tmp_path: Path, no_gpu: None
+) -> None:
+    # in one process: against torch.cuda (the no_gpu fixture hides any GPU this machine has)
     with pytest.raises(ConfigError, match="policies.shared.num_gpus"):
         train(config(policies={"shared": {"num_gpus": 1}}), run_dir=tmp_path)
     # on Ray: against the GPUs the local cluster would declare, before Ray starts
     with pytest.raises(ConfigError, match=r"policies\.a\.num_gpus.*ray\.num_gpus has 2"):
-        train(config(sharing="independent", ray={"enabled": True, "num_gpus": 2}),
-              run_dir=tmp_path)
+        train(
+            config(
+                sharing="independent",
+                policy_defaults={"num_gpus": 1},
+                ray={"enabled": True, "num_gpus": 2},
+            ),
+            run_dir=tmp_path,
+        )
     assert not any(tmp_path.iterdir()), "nothing is written before the checks pass"
     ray = sys.modules.get("ray")
     assert ray is None or not ray.is_initialized()
