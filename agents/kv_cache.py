@@ -52,6 +52,11 @@ class PreallocatedLayer(DynamicLayer):
         self._keys, self._values = keys, values
         self.keys, self.values = keys[:, :, :filled], values[:, :, :filled]
 
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole key and value buffers ``(B, H, size, D)``, the room after ``keys`` included
+        (the static decoding loop of :mod:`marl.agents.decode` writes into them)."""
+        return self._keys, self._values
+
     def _fits(self, incoming: int) -> bool:
         """True when ``keys`` is still the buffer's view and ``incoming`` more positions fit."""
         return (

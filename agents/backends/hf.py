@@ -17,14 +17,24 @@ model's own distribution (temperature 1). A last logits processor draws each tok
 inverting the cumulative distribution, far cheaper than ``torch.multinomial`` over the whole
 vocabulary) and records its logprob step by step, so memory stays ``rows x vocab`` rather than
 ``rows x tokens x vocab``. Decoding steps on a CPU use :mod:`marl.agents.attention`.
+
+After the prefill, ``decode`` picks the decoding loop: ``"generate"`` is transformers'
+``model.generate`` with the processors above; ``"static"`` is :mod:`marl.agents.decode`'s
+fixed-shape step (same sampling, a cache of fixed size, no per-token host synchronisation);
+``"graph"`` replays that step from a CUDA graph (mixed-adapter calls run it eagerly; on a CPU it
+is ``"static"``). ``"auto"``: ``"graph"`` on CUDA, ``"generate"`` on a CPU, where it is at least
+as fast (``bench/decode_loop.py``). The static loops need our prefill; a call without it
+(``share_prompts=False``, one-token prompts, a model with sliding-window layers, or flash/flex
+attention) runs ``generate``.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -35,6 +45,14 @@ from marl.agents.backends.base import (
     SamplingConfig,
     copy_weights,
     register_backend,
+)
+from marl.agents.decode import (
+    StaticDecoder,
+    length_bucket,
+    mask_is_additive,
+    only_adapter,
+    row_bucket,
+    sample_inverse_cdf,
 )
 from marl.agents.logprobs import (
     MIN_SHARED_PREFIX,
@@ -52,6 +70,9 @@ from marl.agents.models import (
 )
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
+DecodeMode = Literal["auto", "generate", "static", "graph"]
+DECODE_MODES: tuple[str, ...] = ("auto", "generate", "static", "graph")
+MAX_DECODERS = 4  # CUDA decoders kept (each holds a (rows, H, length, D) cache per layer)
 
 
 def default_lora_config() -> Any:
@@ -79,13 +100,17 @@ class HFBackend:
         device: str | torch.device | None = None,
         lora_config: Any = None,
         share_prompts: bool = True,
+        decode: DecodeMode = "auto",
     ) -> None:
+        if decode not in DECODE_MODES:
+            choices = ", ".join(DECODE_MODES)
+            raise ValueError(f"HFBackend: decode={decode!r} is not one of {choices}")
         if isinstance(model, ModelSpec):
             model, spec = None, model
         if model is None:
             if spec is None:
                 raise ValueError("HFBackend needs either (model, tokenizer) or spec=ModelSpec(...)")
-            model, tokenizer = load_model(spec)
+            model, tokenizer = load_model(spec, device)
         elif tokenizer is None:
             raise ValueError("HFBackend(model, tokenizer): the tokenizer is missing")
         if tokenizer.pad_token_id is None:
@@ -97,6 +122,14 @@ class HFBackend:
         self.tokenizer = tokenizer
         self.lora_config = lora_config
         self.share_prompts = share_prompts  # one prefill per distinct prompt (module docstring)
+        self.decode = decode  # the decoding loop after the prefill (module docstring)
+        # CUDA: static decoders (with their graphs) by (row bucket, length bucket, sampling),
+        # least recently used first, valid for the parameters at _decoder_weights' addresses
+        self._decoders: OrderedDict[tuple[Any, ...], StaticDecoder] = OrderedDict()
+        self._decoder_weights: tuple[int, ...] = ()
+        # CUDA's fixed shapes (row and length buckets, the whole cache read every step) on a
+        # CPU too, eagerly: lets the CPU tests run that code (not a user option)
+        self._fixed_shapes_on_cpu = False
         # A model handed over already wrapped by peft keeps its adapters.
         self.adapters: set[str] = set(getattr(model, "peft_config", {}) or {})
         self.eos_ids = _eos_ids(model, tokenizer)
@@ -156,6 +189,21 @@ class HFBackend:
 
         if self.model.training:  # peft's per-row adapters need eval mode; no dropout in sampling
             self.model.eval()
+        path = self._decode_path(unique_ids.shape[1])
+        if path != "generate":
+            with torch.inference_mode(), _seeded(seed, self.device):
+                prefill = self._prefill(
+                    unique_ids,
+                    unique_mask,
+                    rows.to(self.device),
+                    pair_adapters if names is not None else None,
+                    prefixes,
+                    room=0 if self._fixed_shapes() else sampling.max_new_tokens,
+                )
+                new_tokens, token_logp = self._decode_static(
+                    prefill, input_ids, attention, kwargs.get("adapter_names"), sampling, path
+                )  # (R, t), (R, t)
+            return self._collect(prompts, new_tokens.cpu(), token_logp.cpu(), n)
         from transformers import LogitsProcessorList
 
         recorder = _SampleAndRecord(sample=sampling.temperature > 0)
@@ -182,6 +230,112 @@ class HFBackend:
         new_tokens = sequences[:, input_ids.shape[1] :]  # (R, T)
         token_logp = recorder.finish(new_tokens)  # (R, T)
         return self._collect(prompts, new_tokens.cpu(), token_logp.cpu(), n)
+
+    def _decode_path(self, width: int) -> str:
+        """The decoding loop of a call whose prompt layout is ``width`` wide: ``decode``
+        resolved on this device, ``"generate"`` when the static loops cannot serve it."""
+        from marl.agents.kv_cache import preallocatable
+
+        cuda = self.device.type == "cuda"
+        mode = ("graph" if cuda else "generate") if self.decode == "auto" else self.decode
+        if mode == "generate":
+            return mode
+        served = (
+            self.share_prompts
+            and width > 1
+            and preallocatable(transformers_model(self.model).config)
+            and mask_is_additive(self.model) is not None
+        )
+        if not served:
+            return "generate"
+        return "static" if mode == "graph" and not cuda else mode
+
+    def _decode_static(
+        self,
+        prefill: Any,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        row_names: list[str] | None,
+        sampling: SamplingConfig,
+        path: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decode the rows ``input_ids`` / ``attention`` ``(R, P)`` from their ``prefill`` with
+        a :class:`~marl.agents.decode.StaticDecoder`: eagerly, or on CUDA (``path="graph"``)
+        by replaying its graph for the call's one adapter (``row_names``: peft's per row).
+        Returns tokens and logprobs, ``(R, t)`` each."""
+        r, width = input_ids.shape
+        steps = sampling.max_new_tokens
+        last = input_ids[:, -1]  # (R,) each row's last prompt token
+        if not self._fixed_shapes():  # a CPU: the prefill's own buffers and room, trimmed
+            buffers = [layer.buffers() for layer in prefill.layers]
+            decoder = self._decoder(buffers, sampling, trim=True)
+            decoder.load(None, attention, last, row_names)
+            return decoder.run(steps, r)
+        decoder = self._cached_decoder(prefill, r, width - 1 + steps, sampling)
+        one = row_names is None or len(set(row_names)) == 1
+        if path == "graph" and one and self.device.type == "cuda":
+            key = row_names[0] if row_names else None
+            with only_adapter(self.model, key, BASE_ADAPTER):
+                if key not in decoder.graphs:
+                    decoder.load(prefill, attention, last)
+                    decoder.capture(key)
+                decoder.load(prefill, attention, last)
+                return decoder.run(steps, r, decoder.graphs[key])
+        decoder.load(prefill, attention, last, row_names)
+        return decoder.run(steps, r)
+
+    def _fixed_shapes(self) -> bool:
+        """Decode in bucketed shapes that a CUDA graph can replay (on CUDA, or when a test
+        asks for them on a CPU)."""
+        return self.device.type == "cuda" or self._fixed_shapes_on_cpu
+
+    def _decoder(
+        self,
+        buffers: list[tuple[torch.Tensor, torch.Tensor]],
+        sampling: SamplingConfig,
+        trim: bool = False,
+    ) -> StaticDecoder:
+        """A static decoder on ``buffers`` (per layer, keys and values) for ``sampling``."""
+        return StaticDecoder(
+            self.model,
+            buffers,
+            eos_ids=sorted(self.eos_ids),
+            pad_id=self.tokenizer.pad_token_id,
+            warpers=_sampling_processors(sampling),
+            sample=sampling.temperature > 0,
+            additive_mask=bool(mask_is_additive(self.model)),
+            cache_keyword=cache_keyword(self.model),
+            trim=trim,
+        )
+
+    def _cached_decoder(
+        self, prefill: Any, rows: int, length: int, sampling: SamplingConfig
+    ) -> StaticDecoder:
+        """The CUDA decoder for ``rows`` rows and ``length`` cache positions, both rounded up to
+        their buckets: reused when a call of those buckets and sampling ran before (its graphs
+        with it), else made with zeroed buffers shaped like ``prefill``'s, the least recently
+        used dropped past :data:`MAX_DECODERS`. All are dropped when a parameter moved (a graph
+        reads the addresses it was captured with)."""
+        weights = tuple(p.data_ptr() for p in self.model.parameters())
+        if weights != self._decoder_weights:
+            self._decoders.clear()
+            self._decoder_weights = weights
+        rb, lb = row_bucket(rows), length_bucket(length)
+        key = (rb, lb, sampling.temperature, sampling.top_p)
+        decoder = self._decoders.pop(key, None)
+        if decoder is None:
+            while len(self._decoders) >= MAX_DECODERS:
+                self._decoders.popitem(last=False)
+            buffers = []
+            for layer in prefill.layers:
+                k, v = layer.keys, layer.values  # (R, H_kv, P - 1, D)
+                buffers.append(
+                    (k.new_zeros(rb, k.shape[1], lb, k.shape[3]),  # (Rb, H_kv, Lb, D)
+                     v.new_zeros(rb, v.shape[1], lb, v.shape[3]))
+                )
+            decoder = self._decoder(buffers, sampling)
+        self._decoders[key] = decoder  # the most recently used last
+        return decoder
 
     def _prefill(
         self,
@@ -389,6 +543,7 @@ class HFBackend:
         from peft import PeftModel, set_peft_model_state_dict
 
         _check_adapter_name(name)
+        self._decoders.clear()  # their graphs hold the adapters' old parameters
         config = config or self.lora_config or default_lora_config()
         if name in self.adapters:
             self.remove_adapter(name)
@@ -412,6 +567,7 @@ class HFBackend:
         if name not in self.adapters:
             known = ", ".join(sorted(self.adapters)) or "none"
             raise KeyError(f"remove_adapter: unknown adapter {name!r}; loaded adapters: {known}")
+        self._decoders.clear()
         if len(self.adapters) == 1:
             self.model = self.model.unload().eval()  # drops every LoRA layer, returns the base
         else:
@@ -512,19 +668,6 @@ class _SampleAndRecord:
         return torch.stack(self.steps, dim=1)  # (R, T)
 
 
-def sample_inverse_cdf(logp: torch.Tensor) -> torch.Tensor:
-    """One token per row of ``logp`` (R, V) log-probabilities, drawn from ``exp(logp)``: the
-    first index whose cumulative probability exceeds a uniform draw. Zero-probability tokens
-    (``-inf``, as top-p leaves them) are never chosen. Returns (R,) token ids."""
-    cdf = logp.double().exp().cumsum(dim=-1)  # (R, V), float64: no drift over 49k entries
-    draw = torch.rand(logp.shape[0], 1, dtype=torch.float64, device=logp.device)  # (R, 1)
-    chosen = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True).squeeze(-1)  # (R,)
-    past = chosen == logp.shape[-1]  # (R,): a draw that rounded up to the total (very rare)
-    if past.any():  # the last token with any probability: where the cdf first reaches its total
-        chosen[past] = (cdf[past] < cdf[past, -1:]).sum(dim=-1)
-    return chosen
-
-
 @contextmanager
 def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
     """Seed torch's RNG for one block, then restore the caller's RNG state (no seed: no-op)."""
@@ -551,4 +694,4 @@ def _eos_ids(model: nn.Module, tokenizer: Any) -> set[int]:
     return ids
 
 
-__all__ = ["BASE_ADAPTER", "HFBackend", "default_lora_config"]
+__all__ = ["BASE_ADAPTER", "DECODE_MODES", "HFBackend", "default_lora_config", "sample_inverse_cdf"]
