@@ -1,0 +1,109 @@
+"""bench/gpu.py (``make bench-gpu``) at tiny sizes on the CPU, so that it cannot rot unseen
+between the runs on a GPU machine: every part runs on the tiny model, the synthetic reward
+makes every update train, and the JSON and the table come out."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def _bench():
+    """bench/gpu.py as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu = _bench()
+
+
+def test_rows_are_prompts_times_samples():
+    assert gpu.layout(16, 32) == (16, 1)
+    assert gpu.layout(64, 32) == (32, 2)
+    assert gpu.layout(256, 32) == (32, 8)
+    with pytest.raises(SystemExit):
+        gpu.layout(48, 32)
+
+
+def test_prompts_are_distinct_and_reach_their_length():
+    tokenizer = gpu.tokenizer_of({"kind": "tiny"})  # one token a character
+    prompts = gpu.make_prompts(tokenizer, 6, 400)
+    assert len({tuple(p) for p in prompts}) == 6
+    assert all(380 <= len(p) <= 420 + 12 for p in prompts)  # the target, then one word more
+
+
+def test_synthetic_reward_scores_texts_apart():
+    from marl.scenarios.shaping import SHAPING_KINDS
+
+    score = SHAPING_KINDS[gpu.SYNTHETIC_REWARD]
+
+    class Turn:
+        def __init__(self, completion: str) -> None:
+            self.completion = completion
+
+    values = [score(Turn(f"SAY: reply {i}")) for i in range(20)]
+    assert all(0.0 <= v <= 1.0 for v in values)
+    assert len(set(values)) > 15
+    assert score(Turn("same")) == score(Turn("same"))
+
+
+def test_synthetic_reward_joins_the_scenario_reward():
+    import marl
+
+    cfg = gpu.with_reward(gpu.compose(["model.kind=tiny"]))
+    overrides = cfg["scenario"]["overrides"]
+    env = marl.make(cfg["scenario"]["name"], **overrides)
+    assert [t.kind for t in env.spec.shaping] == [gpu.SYNTHETIC_REWARD]
+    assert (env.spec.name, env.spec.rules) == ("signal-v1", "signal")  # the demo's scenario
+    assert env.spec.cooperation == 1.0 and env.spec.malformed_penalty == -0.1
+
+
+def test_gpu_share_is_zero_on_a_cpu_and_splits_one_gpu():
+    cfg = gpu.compose(["model.kind=tiny"])
+    assert gpu.gpu_share(cfg, "cpu") == ["policy_defaults.num_gpus=0"]
+    assert gpu.gpu_share(cfg, "cuda") == ["policy_defaults.num_gpus=0.5"]  # speaker, listener
+
+
+@pytest.mark.slow
+def test_every_part_runs_on_the_tiny_model(tmp_path, monkeypatch):
+    import common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    data = gpu.run([
+        "--device", "cpu", "--model", "tiny", "--rows", "2", "4", "--prompts", "2",
+        "--prompt-tokens", "20", "--new-tokens", "3", "--rounds", "1", "--steps", "1",
+        "--big", "1x4", "--matmul-size", "64", "--name", "tiny", "--out", str(tmp_path / "out"),
+        "train.seeds_per_step=1", "train.group_size=2",
+    ])
+    written = json.loads((tmp_path / "tiny.json").read_text())
+    assert written["complete"] and written == json.loads((tmp_path / "out/tiny.json").read_text())
+    assert set(data["generation"]) == {"2", "4"}
+    for size in data["generation"].values():
+        assert size["median"]["ours"] > 0 and size["median"]["static"] > 0
+    assert data["generation"]["4"]["samples"] == 2  # 2 prompts x 2 samples
+    update = data["update"]
+    assert update["turns"] == 4 and update["trained_turns"] == 4
+    assert 0 < update["positions_with_grad"] <= update["tokens"]
+    assert data["demo_step"]["episodes"] == 2 and data["big_step"]["episodes"] == 4
+    for part in ("demo_step", "big_step"):
+        last = data[part]["last"]
+        assert {"rollout", "credit", "update", "sync", "emergence"} <= set(last)
+        assert last["generated_tokens_per_s"] > 0
+        # with random weights every reply is malformed alike: the synthetic score alone
+        # makes a group's returns differ, so both policies train on every turn
+        for pid in ("speaker", "listener"):
+            assert last[f"policies/{pid}/trained_turns"] == last[f"policies/{pid}/turns"] > 0
+    figures = {r["figure"] for r in written["summary"]}
+    assert {"generate 4 rows: ours / static", "update tokens/s", "demo step: update",
+            "big step: rollout generated tokens/s", "matmul peak bfloat16"} <= figures
+    assert written["device"]["cpu"] and "avx512_bf16" in written["device"]["cpu_flags"]
