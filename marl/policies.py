@@ -236,9 +236,12 @@ class PolicyLearner:
     """One trainable policy's learner.
 
     ``model``: train this model in place (a colocated backend's own model, one process; the
-    inference side then needs no weight push). Otherwise the learner loads its own copy of the
-    policy's base model and, for a LoRA policy, wraps it with the policy's adapter (peft); only
-    the adapter trains and only the adapter is published.
+    inference side then needs no weight push). For a LoRA policy that is the rollout's shared
+    peft model, which holds every policy's adapter: this learner trains its own adapter there
+    (:meth:`activate` makes it the active one before each pass), so the base is never copied
+    and the rollout samples from the very tensors the optimizer steps. Otherwise the learner
+    loads its own copy of the policy's base model and, for a LoRA policy, wraps it with the
+    policy's adapter (peft); only the adapter trains and only the adapter is published.
     """
 
     def __init__(
@@ -257,6 +260,7 @@ class PolicyLearner:
                 model = _with_adapter(model, spec, config.seed)
         self.model = model
         self.tokenizer = tokenizer
+        self.activate()  # a shared peft model: only this policy's adapter requires gradients
         self.learner = Learner(
             model,
             learner_settings(config, lr=spec.lr, beta=spec.beta),
@@ -277,11 +281,18 @@ class PolicyLearner:
                 f"learner of policy {self.spec.id!r} was given turns of agents {foreign}, which "
                 "play other policies"
             )
+        self.activate()
         metrics = self.learner.update(turns)
         self.version += 1
         self.window = (start, time.time())
         metrics["update_time"] = self.window[1] - start
         return metrics
+
+    def activate(self) -> None:
+        """Make this policy's adapter the active one of a peft model that holds several (its
+        weights then require gradients, the others' do not); nothing for a full model."""
+        if self.spec.adapter is not None and len(getattr(self.model, "peft_config", {})) > 1:
+            self.model.set_adapter(self.spec.adapter)
 
     def _tensors(self) -> tuple[str, dict[str, torch.Tensor]]:
         """(kind, live tensors): the adapter of a LoRA policy, else the whole model."""
@@ -317,6 +328,7 @@ class PolicyLearner:
 
         s = self.config.sampling
         was_training = self.model.training
+        self.activate()
         self.model.eval()
         with torch.no_grad():
             values, _ = sequence_logprobs(
@@ -360,6 +372,26 @@ class PolicyLearner:
             "update_window": self.window,
             "version": self.version,
         }
+
+
+def rollout_learner(
+    spec: PolicySpec, config: Config, backend: PolicyBackend, device: str | None = None
+) -> PolicyLearner:
+    """A learner that trains the rollout ``backend``'s own weights in place (one process): a
+    full model itself, or a LoRA policy's adapter on the shared base, first re-initialised from
+    the policy's seed as a learner's own copy would be. No weights are copied, before or after
+    an update. A backend without a torch model of its own (vLLM) gets a learner with its own
+    copy on ``device`` that pushes its weights after each update."""
+    target = getattr(backend, "base", backend)
+    model = getattr(target, "model", None)
+    if not isinstance(model, torch.nn.Module):
+        return PolicyLearner(spec, config, device=device)
+    if spec.lora is not None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(policy_seed(config.seed, spec.id))
+            target.add_adapter(spec.adapter, None, config=peft_lora_config(spec.lora))
+        model = target.model  # re-adding the only adapter re-wraps the base
+    return PolicyLearner(spec, config, model=model, tokenizer=target.tokenizer)
 
 
 def _with_adapter(model: Any, spec: PolicySpec, seed: int) -> Any:

@@ -8,10 +8,11 @@ also where the environments are), ``state()`` / ``load_state()`` (checkpoints) a
 records and episode records, never an environment.
 
 :class:`LocalRuntime` (``ray.enabled=false``, the default) keeps one rollout worker and every
-learner in this process. A full-model policy's learner trains the worker's own model in place,
-so its sync is a no-op; a LoRA policy's learner has its own copy of the base and pushes its
-adapter after each update. Learners update one after another. :mod:`marl.ray_runtime` is the
-distributed one.
+learner in this process. Every learner trains the worker's own weights in place: a full-model
+policy's model, or a LoRA policy's adapter on the one shared base (no copy of the base, and
+its sync is a no-op). Only a backend without a torch model (vLLM) gets learners with their own
+copy, which push their weights after each update. Learners update one after another.
+:mod:`marl.ray_runtime` is the distributed one.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class LocalRuntime:
     """Everything in the trainer's process."""
 
     def __init__(self, config: Config, plan: PolicyPlan | None) -> None:
-        from marl.policies import PolicyLearner
+        from marl.policies import PolicyLearner, rollout_learner
 
         self.config = config
         self.plan = plan
@@ -119,15 +120,9 @@ class LocalRuntime:
         self.learners: dict[str, PolicyLearner] = {}
         if plan is None:
             return
-        for pid in plan.trainable:
-            spec = plan.policies[pid]
+        for pid in plan.trainable:  # each trains the rollout's own weights: nothing to push
             backend = self.worker.policies.backends[pid]  # type: ignore[union-attr]
-            if spec.lora is None:  # train the rollout model itself: nothing to push
-                self.learners[pid] = PolicyLearner(
-                    spec, config, model=backend.model, tokenizer=backend.tokenizer
-                )
-            else:
-                self.learners[pid] = PolicyLearner(spec, config, device=device)
+            self.learners[pid] = rollout_learner(plan.policies[pid], config, backend, device)
         self.sync()
 
     def rollout(self, step: int, matchup: Any = None) -> RolloutResult:

@@ -341,6 +341,9 @@ def run_warmup(
             mine = [t for t in turns if policy_of(t.agent) == pid]
             if not mine:
                 continue
+            activate = getattr(learners[pid], "activate", None)  # its adapter, on a shared base
+            if activate is not None:
+                activate()
             for key, value in imitator.step(mine).items():
                 metrics[f"warmup/{pid}/{key}"] = value
         if log is not None:
