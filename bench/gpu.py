@@ -1,63 +1,75 @@
 """One GPU (or this CPU): generation, update and training-step throughput of SmolLM2-135M's shape.
 
-Made to run on one H100 in at most 5 minutes from a checkout and the carried wheels (no Ray, no
+Sized to run on one H100 in at most 5 minutes from a checkout and the carried wheels (no Ray, no
 vLLM, nothing downloaded; ``ray=disabled``), and here with ``--device cpu`` at smaller sizes:
 
     source .gpu/setup.sh && python3 bench/gpu.py --model-path /tmp/smol     # a GPU machine
     make bench-gpu                                      # device auto: cuda if torch has one
     .venv/bin/python bench/gpu.py --device cpu --threads 1                   # this CPU
 
-What it measures, in order (each figure is in the JSON; the table gives the medians):
+What it measures, in order (each value is in the JSON; the table gives the medians):
 
-1. **Generation.** 32 distinct chat prompts of about 190 tokens (a fixed system prompt and
+1. **Matmul peak.** The best of 5 timings of ``4096^3`` (CUDA: 10 in a row) or ``2048^3`` (CPU)
+   matmuls in bf16, and in the run's dtype when that is not bf16, synchronised.
+2. **Generation.** 32 distinct chat prompts of about 190 tokens (a fixed system prompt, then
    seeded words) x ``n`` samples, 64 new tokens, at 16 / 64 / 256 rows (16 prompts x 1, 32 x 2,
    32 x 8), sampled at temperature 1 over the whole vocabulary: our backend
-   (:class:`marl.agents.backends.hf.HFBackend`, one ``generate`` call) against transformers' own
-   ``model.generate`` with ``cache_implementation="static"`` (on CUDA transformers then
-   compiles the decoding step itself, ``mode="reduce-overhead"``: CUDA graphs) on the same
-   prompts and the same weights (a second copy of the model, as our backend changes its
-   model's attention function). One untimed call per size and contender first (transformers'
-   compilation is in it: the JSON keeps its time), then ``--rounds`` rounds alternating the two.
-   Tokens/s counts the tokens really generated (a row stops at its EOS) over the call's wall
-   time, synchronised.
-2. **Matmul peak.** The best of a few ``4096^3`` (CUDA) or ``2048^3`` (CPU) matmuls in bf16
-   (and in the run's dtype when that is not bf16), timed with synchronisation.
+   (:class:`marl.agents.backends.hf.HFBackend`, one ``generate`` call, its default decoding
+   loop unless ``--decode``) against transformers' own ``model.generate`` with
+   ``cache_implementation="static"`` (on CUDA transformers then compiles the decoding step
+   itself, ``mode="reduce-overhead"``: CUDA graphs; if that fails it runs eager and the JSON
+   says why) on the same prompts and the same weights (a second copy of the model: our backend
+   changes its model's attention function). One untimed call per size and contender first
+   (transformers' compilation is in it: the JSON keeps its time), then ``--rounds`` rounds
+   alternating the two. Tokens/s counts the tokens really generated (a row stops at its EOS)
+   over the call's wall time, synchronised.
 3. **Update.** A policy learner of the demo's settings (``configs/demo.yaml``: a LoRA adapter of
-   rank 16 on every linear layer, minibatches of 16 turns in microbatches of 8), its
-   :meth:`~marl.policies.PolicyLearner.update` on the largest size's generations from step 1 as
-   turn records: the samples of a prompt form a group, and their advantages are +1 and -1 in
-   turn (nonzero, so every turn trains). Update tokens/s counts every turn's prompt and response
-   tokens, as ``bench/trl_vs_marl.py`` does (a shared prompt counts once per turn). Positions/s
-   counts what the model really ran (forward hooks: padding included, a shared prompt once).
-   The share of the matmul peak takes ``4 N + 2 N_trainable`` FLOPs a position with gradients
-   (forward, backward to the activations, weight gradients of the trainable part) and ``2 N``
-   without, for N parameters: attention's own FLOPs are left out.
+   rank 16 on every linear layer, minibatches of 16 turns in microbatches of 8) and its
+   :meth:`~marl.policies.PolicyLearner.update` on the largest size's generations from part 2
+   as turn records: the samples of a prompt form a group, with advantages +1, -1, +1, ...
+   (nonzero, so every turn trains). Update tokens/s counts every turn's prompt and response
+   tokens, as ``bench/trl_vs_marl.py`` does (a prompt shared by 8 samples counts 8 times).
+   Positions/s counts what the model really ran (a forward hook: padding included, a shared
+   prompt once). The share of the bf16 matmul peak takes ``4 N + 2 N_trainable`` FLOPs a
+   position run with gradients (forward, backward to the activations, the trainable weights'
+   gradients) and ``2 N`` one without, for N parameters; attention's own FLOPs are left out.
 4. **Training steps.** ``marl.train.train`` in this process on the demo's config
    (``marl train --config-name demo`` with ``model.kind=hf model.path=...``) minus the imitation
    warm-up, the held-out evaluation and the influence re-simulation (``warmup.steps=0
-   train.eval_episodes=0 emergence.influence_every=0``, as ``bench/make_run_step.py``;
+   train.eval_episodes=0 emergence.influence_every=0``, as ``bench/make_run_step.py`` does;
    ``--influence`` keeps the demo's), then the same at 256 episodes a step
    (``train.seeds_per_step=32 train.group_size=8``). ``--steps`` steps each; the last is
-   reported (the first pays for warming up), split by phase: the ``perf/*`` times train()
-   logs (rollout, credit, update, sync, emergence) and ``perf/generated_tokens_per_s``, read
-   back from the run's TensorBoard events.
+   reported (on CUDA the first of 2 pays for warming up), split by phase: the ``perf/*`` times
+   train() logs (rollout, credit, update, sync, emergence) and ``perf/generated_tokens_per_s``,
+   read back from the run's TensorBoard events. ``model.dtype`` and
+   ``policy_defaults.num_gpus`` are passed explicitly (bf16 and an equal share of the GPU per
+   trainable policy on CUDA; ``--dtype`` and 0 on a CPU), and so is ``ray=disabled``.
+
+On a CPU the defaults are smaller, to finish in a few minutes: 4 and 8 rows of 16 new tokens,
+one timed update, one step per run, and a big step of 1 x 8 episodes (``--rows``,
+``--new-tokens``, ``--update-rounds``, ``--steps``, ``--big`` set them anywhere). On CUDA,
+``--budget-s`` (270 s) skips the parts not yet started by then, so that a slow compilation
+cannot push the run past 5 minutes; the table lists what was skipped. The JSON is rewritten
+after every part (``complete: false`` until the end), and ``--out DIR`` writes it there too (a
+GPU machine's ``$OUT``).
 
 Rewards come from a fixed synthetic source. With random weights (no SmolLM2 weights on a GPU
 machine) every episode of a group fails alike and GRPO would skip every update, so the bench
 registers a reward-shaping kind, ``bench-synthetic`` (:mod:`marl.scenarios.shaping`): a turn
 scores a hash of its completion's text in [0, 1], and ``scenario.overrides`` adds it to the
-scenario's reward with weight 1. The scenario's own rules and outcome reward are unchanged.
+scenario's reward with weight 1. The scenario's rules and outcome reward are unchanged.
 
-The model: ``--model-path DIR`` (a Hugging Face directory: setup.sh writes SmolLM2's shape with
-random weights to /tmp/smol); else the embedded SmolLM2-135M-Instruct if ``marl fetch-model``
-converted it (``--random-weights``: its shape with random weights instead); else SmolLM2's shape
-with random weights built from whatever config and tokenizer the embedded model's cache folder
-holds (``.gpu/prepare.sh`` carries those). ``--model tiny`` is the tests' tiny model.
+The model: ``--model-path DIR`` (a Hugging Face directory; .gpu/setup.sh writes SmolLM2's shape
+with random weights to /tmp/smol); else the embedded SmolLM2-135M-Instruct when ``marl
+fetch-model`` converted it (``--random-weights``: its shape with random weights instead); else
+SmolLM2's shape with random weights, from the config and tokenizer the embedded model's cache
+folder holds. ``--model tiny`` is the tests' tiny model.
 
 Peak memory: ``torch.cuda.max_memory_allocated`` per part on CUDA; on a CPU the process's peak
-RSS after each part (it only grows). Writes ``bench/results/gpu.json`` on CUDA and
-``bench/results/gpu_cpu.json`` on a CPU (``--name``), with the device, the versions, the load
-average before and after, and the command.
+RSS at the end of each part (it only grows). Writes ``bench/results/gpu.json`` on CUDA and
+``bench/results/gpu_cpu.json`` on a CPU (``--name``), with the device (a CPU's name and its
+bf16 flags), the torch / transformers / peft versions, the commit and the modified files, the
+load average before and after, and the command.
 """
 
 from __future__ import annotations
@@ -178,6 +190,23 @@ def describe(device: str) -> dict[str, Any]:
             "gpu_count": torch.cuda.device_count(),
         }
     return out
+
+
+def git_state() -> dict[str, Any]:
+    """The checkout's commit and the files that differ from it (None outside git)."""
+    import subprocess
+
+    def git(*cmd: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *cmd], cwd=Path(__file__).resolve().parent,
+                                  capture_output=True, text=True, timeout=10, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"),
+            "modified": status.splitlines() if status else ([] if status == "" else None)}
 
 
 def device_label(info: dict[str, Any]) -> str:
@@ -338,17 +367,17 @@ def _generated(tokens: Sequence[int], eos: int) -> int:
 
 def generation(
     spec: Any, prompts: list[list[int]], sizes: Sequence[int], new_tokens: int, rounds: int,
-    device: str, compile_decoding: bool = True, static: bool = True,
+    device: str, compile_decoding: bool = True, static: bool = True, decode: str | None = None,
 ) -> tuple[dict[str, Any], list[list[Any]]]:
     """Our backend against transformers' static-cache ``generate`` at each of ``sizes`` rows,
     alternating, ``rounds`` timed rounds after one untimed call each (``static=False``: ours
-    alone). Returns the figures per size and the generations of our last call at the largest
-    size (the update's turns)."""
+    alone; ``decode``: our backend's decoding loop, None for its default). Returns the figures
+    per size and the generations of our last call at the largest size (the update's turns)."""
     from marl.agents.backends.hf import HFBackend
     from marl.agents.models import load_model
 
     model, tokenizer = load_model(spec)
-    ours = HFBackend(model.to(device), tokenizer)
+    ours = HFBackend(model.to(device), tokenizer, **({"decode": decode} if decode else {}))
     theirs = None
     if static:  # the same weights, untouched by our backend (it sets its attention function)
         theirs = load_model(spec)[0].to(device)
@@ -359,6 +388,7 @@ def generation(
     for rows in sizes:
         count, n = layout(rows, len(prompts))
         results[str(rows)] = contenders.measure(prompts[:count], n, rounds)
+        results[str(rows)]["ours_decode"] = getattr(ours, "decode", "generate")
         m = results[str(rows)]["median"]
         if static:
             print(f"  {rows} rows: ours {m['ours']:,.0f} tok/s, transformers static "
@@ -660,6 +690,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3, help="timed generation rounds (alternating)")
     p.add_argument("--update-rounds", type=int, default=None,
                    help="timed updates (default: 3 on CUDA, 1 on a CPU)")
+    p.add_argument("--decode", default=None,
+                   help="our backend's decoding loop (HFBackend decode=: auto, generate, "
+                   "static, graph; default: the backend's own, auto)")
     p.add_argument("--no-compile", action="store_true",
                    help="transformers' static-cache generate without its automatic compile")
     p.add_argument("--matmul-size", type=int, default=None,
@@ -668,7 +701,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="training steps a run, the last reported (default: 2 on CUDA, where "
                    "the first warms up; 1 on a CPU)")
     p.add_argument("--big", default=None,
-                   help="the big step as SEEDSxGROUP (default: 32x8 on CUDA, 2x8 on a CPU)")
+                   help="the big step as SEEDSxGROUP (default: 32x8 on CUDA, 1x8 on a CPU)")
     p.add_argument("--influence", action="store_true",
                    help="keep the demo's influence re-simulation in the training steps")
     p.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts to leave out")
@@ -696,7 +729,7 @@ def defaults(args: argparse.Namespace, device: str) -> argparse.Namespace:
     args.update_rounds = args.update_rounds or (3 if gpu else 1)
     args.matmul_size = args.matmul_size or (4096 if gpu else 2048)
     args.steps = args.steps or (2 if gpu else 1)
-    args.big = args.big or ("32x8" if gpu else "2x8")
+    args.big = args.big or ("32x8" if gpu else "1x8")
     args.budget_s = args.budget_s if args.budget_s is not None else (270.0 if gpu else None)
     args.name = args.name or ("gpu" if gpu else "gpu_cpu")
     return args
@@ -711,8 +744,8 @@ class Run:
         self.state = machine()
         self.info = describe(device)
         self.data: dict[str, Any] = {
-            "args": vars(args), "command": command, "device": self.info, "skipped": {},
-            "complete": False,
+            "args": vars(args), "command": command, "device": self.info, "git": git_state(),
+            "skipped": {}, "complete": False,
         }
 
     def elapsed(self) -> float:
@@ -799,7 +832,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             data["generation"], groups = generation(
                 spec, prompts, args.rows if generate else args.rows[-1:], args.new_tokens,
                 args.rounds if generate else 0, device, compile_decoding=not args.no_compile,
-                static=generate,
+                static=generate, decode=args.decode,
             )
             if not generate:
                 data.pop("generation")
@@ -856,7 +889,8 @@ def summary(data: dict[str, Any], info: dict[str, Any], state: dict[str, Any]) -
         shape = f"{g['prompts']} prompts x {g['samples']}, {g['new_tokens']} new tokens"
         static = "compiled" if g["static_compiled"] else "eager"
         rows += [
-            row(f"generate {size} rows: ours", m["ours"], "tok/s", shape),
+            row(f"generate {size} rows: ours", m["ours"], "tok/s",
+                f"{shape}; decode={g.get('ours_decode')}"),
             row(f"generate {size} rows: transformers static", m["static"], "tok/s",
                 f"{static}; warm-up {g['warmup_s']['static']:.1f} s"),
             row(f"generate {size} rows: ours / static", m["ours"] / m["static"], "x",
