@@ -130,6 +130,7 @@ class HFBackend:
         # CUDA's fixed shapes (row and length buckets, the whole cache read every step) on a
         # CPU too, eagerly: lets the CPU tests run that code (not a user option)
         self._fixed_shapes_on_cpu = False
+        self.graph_error: str | None = None  # why a CUDA graph capture failed (then: eager)
         # A model handed over already wrapped by peft keeps its adapters.
         self.adapters: set[str] = set(getattr(model, "peft_config", {}) or {})
         self.eos_ids = _eos_ids(model, tokenizer)
@@ -157,7 +158,8 @@ class HFBackend:
         adapters: Sequence[str | None] | None = None,
         seed: int | None = None,
     ) -> list[list[Generation]]:
-        """``sampling.n`` completions for every prompt, from ONE batched ``model.generate``."""
+        """``sampling.n`` completions for every prompt, from ONE batched decoding loop
+        (``model.generate`` or the static loop, as ``decode`` says: module docstring)."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
@@ -248,7 +250,7 @@ class HFBackend:
         )
         if not served:
             return "generate"
-        return "static" if mode == "graph" and not cuda else mode
+        return "static" if mode == "graph" and not self._fixed_shapes() else mode
 
     def _decode_static(
         self,
@@ -273,14 +275,24 @@ class HFBackend:
             return decoder.run(steps, r)
         decoder = self._cached_decoder(prefill, r, width - 1 + steps, sampling)
         one = row_names is None or len(set(row_names)) == 1
-        if path == "graph" and one and self.device.type == "cuda":
+        if path == "graph" and one and not self.graph_error:
             key = row_names[0] if row_names else None
             with only_adapter(self.model, key, BASE_ADAPTER):
                 if key not in decoder.graphs:
                     decoder.load(prefill, attention, last)
-                    decoder.capture(key)
-                decoder.load(prefill, attention, last)
-                return decoder.run(steps, r, decoder.graphs[key])
+                    try:
+                        decoder.capture(key)
+                    except RuntimeError as err:  # CUDA refused the capture: decode eagerly
+                        self.graph_error = f"{type(err).__name__}: {err}"
+                        warnings.warn(
+                            f"HFBackend: CUDA graph capture failed, decoding eagerly from now "
+                            f"on ({self.graph_error})",
+                            RuntimeWarning,
+                            stacklevel=2,
+                        )
+                if key in decoder.graphs:
+                    decoder.load(prefill, attention, last)
+                    return decoder.run(steps, r, decoder.graphs[key])
         decoder.load(prefill, attention, last, row_names)
         return decoder.run(steps, r)
 

@@ -198,6 +198,91 @@ def test_graph_shapes_on_a_cpu_match_generate() -> None:
         torch.testing.assert_close(torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-5, rtol=0)
 
 
+class _FakeGraphs:
+    """Stand-ins for torch.cuda's graph API on a CPU: "capturing" runs the step once and keeps
+    it, a replay runs it again. The RNG calls use the CPU generator. Exercises the backend's
+    capture and replay logic (warm-up steps move the state, which must be loaded again; the
+    RNG must be put back; one capture per adapter setup), not CUDA itself."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from contextlib import contextmanager, nullcontext
+
+        self.captures: list[StaticDecoder] = []
+        fakes = self
+
+        class Graph:
+            def replay(self) -> None:
+                StaticDecoder.step(self.decoder)
+
+        @contextmanager
+        def graph(g: Graph, pool: object = None):
+            real = StaticDecoder.step
+
+            def record(decoder: StaticDecoder) -> None:
+                g.decoder = decoder
+                fakes.captures.append(decoder)
+                real(decoder)
+
+            monkeypatch.setattr(StaticDecoder, "step", record)
+            yield
+            monkeypatch.setattr(StaticDecoder, "step", real)
+
+        class Stream:
+            def __init__(self, *args: object) -> None:
+                pass
+
+            def wait_stream(self, other: object) -> None:
+                pass
+
+        cuda = torch.cuda
+        monkeypatch.setattr(cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(cuda, "graph", graph)
+        monkeypatch.setattr(cuda, "Stream", Stream)
+        monkeypatch.setattr(cuda, "stream", lambda stream: nullcontext())
+        monkeypatch.setattr(cuda, "current_stream", lambda device=None: Stream())
+        monkeypatch.setattr(cuda, "graph_pool_handle", lambda: object())
+        monkeypatch.setattr(cuda, "get_rng_state", lambda device=None: torch.get_rng_state())
+        monkeypatch.setattr(
+            cuda, "set_rng_state", lambda state, device=None: torch.set_rng_state(state)
+        )
+
+
+def test_capture_and_replay_logic_with_fake_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph path's control flow on a CPU (fake graph API): the first call of a shape
+    captures, later calls replay; the results equal generate's (greedy: 6 rows among 8;
+    sampled: 8 rows, so the same RNG draws), so warm-up left no trace in the state or RNG."""
+    fakes = _FakeGraphs(monkeypatch)
+    generate, graph = _pair(adapters=1)
+    graph.decode = "graph"
+    graph._fixed_shapes_on_cpu = True
+    prompts = _prompts(graph.tokenizer)
+    four = [*prompts, _chat(graph.tokenizer, "and then?")]
+    calls = [
+        (prompts, SamplingConfig(max_new_tokens=12, temperature=0.0, n=2), None, None),
+        (four, SamplingConfig(max_new_tokens=16, temperature=1.0, n=2), 4, ["lora0"] * 4),
+        (four, SamplingConfig(max_new_tokens=16, temperature=1.0, n=2), 4, None),
+        (four, SamplingConfig(max_new_tokens=16, temperature=1.0, n=2), 4, ["lora0", None] * 2),
+    ]
+    for prompts_, sampling, seed, adapters in calls:
+        want = _outputs(generate.generate(prompts_, sampling, adapters=adapters, seed=seed))
+        for _ in range(2):  # capture (the first time), then replay
+            got = _outputs(graph.generate(prompts_, sampling, adapters=adapters, seed=seed))
+            for (ids_a, lp_a, _), (ids_b, lp_b, _) in zip(got, want, strict=True):
+                assert ids_a == ids_b
+                torch.testing.assert_close(
+                    torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-5, rtol=0
+                )
+    # greedy under the base model, then T=1 under lora0 and under the base model; the mixed
+    # call ran eagerly; every later call replayed
+    graphs = {key: list(d.graphs) for key, d in graph._decoders.items()}
+    assert graphs == {
+        (8, 64, 0.0, 1.0): [BASE_ADAPTER],
+        (8, 64, 1.0, 1.0): ["lora0", BASE_ADAPTER],
+    }
+    assert len(fakes.captures) == 3
+    assert graph.graph_error is None
+
+
 def test_only_adapter_routes_every_row_and_restores_the_model() -> None:
     """What a graph captures for a one-adapter call: no ``adapter_names``, the adapter made the
     only active one; the same logits as peft's per-row routing, and the model as it was."""
