@@ -18,11 +18,12 @@ most of the time. :class:`StaticDecoder` decodes with every tensor fixed for the
 - **CUDA graphs.** Since a step has the same shapes and addresses every time, it is captured
   once in a ``torch.cuda.CUDAGraph`` (after warm-up steps on a side stream, as PyTorch's CUDA
   graph notes require) and replayed: one launch per token instead of hundreds. The HF backend
-  keeps decoders per (row bucket, length bucket, sampling) and a graph per adapter in each, so
-  later calls replay. Rows are padded to a bucket with dummy rows (finished from the start),
-  and the cache length to a multiple of :data:`LENGTH_STEP`. Random draws inside a graph use
-  the default CUDA generator, which graph capture registers (philox offsets advanced by each
-  replay), so a seeded call draws what the same steps draw eagerly.
+  keeps a decoder per (row bucket, length bucket), and in each a graph per (adapter,
+  temperature, top-p), so later calls replay. Rows are padded to a bucket with dummy rows
+  (finished from the start), and the cache length to a multiple of :data:`LENGTH_STEP`.
+  Random draws inside a graph use the default CUDA generator, which graph capture registers
+  (philox offsets advanced by each replay), so a seeded call draws what the same steps draw
+  eagerly. A capture CUDA refuses makes the backend warn and decode eagerly.
 
 **Adapters.** peft's per-row ``adapter_names`` path groups rows by name in Python and indexes
 with Python lists (host-to-device copies), which a graph cannot capture. A call whose rows all
@@ -136,15 +137,12 @@ class StaticDecoder:
         *,
         eos_ids: Sequence[int],
         pad_id: int,
-        warpers: Sequence[Any],
-        sample: bool,
         additive_mask: bool,
         cache_keyword: str,
         trim: bool = False,
     ) -> None:
         """``buffers``: per layer, the keys and values ``(R, H_kv, L, D)`` this decoder owns
-        (fresh zeros, or the prefill's own buffers with their room). ``warpers``: transformers'
-        temperature / top-p warpers; ``sample``: draw (else argmax). ``trim`` (eager only):
+        (fresh zeros, or the prefill's own buffers with their room). ``trim`` (eager only):
         attention reads only the positions filled so far, counted on the host. On a CPU that
         count costs nothing, the room is not read, and the floats are those of ``generate``
         (whose cache grows); a graph needs ``trim=False``, the same every step."""
@@ -164,14 +162,14 @@ class StaticDecoder:
         self.logprobs = torch.zeros(rows, length, device=device)  # (R, L)
         self.eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)  # (E,)
         self.pad_id = pad_id
-        self.warpers = list(warpers)
-        self.sample = sample
+        self.warpers: list[Any] = []  # per call (load): transformers' temperature / top-p
+        self.sample = False  # per call: draw (else argmax)
         self.additive_mask = additive_mask
         self.cache_keyword = cache_keyword
         self.trim = trim
         self.filled = 0  # host side: positions filled before the current step (trim)
         self.model_kwargs: dict[str, Any] = {}  # per call: peft's adapter_names when eager
-        self.graphs: dict[Any, torch.cuda.CUDAGraph] = {}  # per adapter key
+        self.graphs: dict[Any, torch.cuda.CUDAGraph] = {}  # per (adapter, sampling) key
         self.pool: Any = None  # the graphs' shared memory pool (they never run at once)
 
     def load(
@@ -179,12 +177,16 @@ class StaticDecoder:
         prefill: Cache | None,
         prompt_mask: torch.Tensor,
         last_tokens: torch.Tensor,
+        warpers: Sequence[Any],
+        sample: bool,
         adapter_names: list[str] | None = None,
     ) -> None:
         """Start a call: ``prompt_mask`` ``(r, P)`` (the layout of every row, its last token at
         ``P - 1``), ``last_tokens`` ``(r,)`` each row's last prompt token, ``prefill`` the cache
         of the first ``P - 1`` positions (copied into this decoder's buffers; None when they
-        are the buffers already). Rows past ``r`` are dummies, finished from the start."""
+        are the buffers already). Rows past ``r`` are dummies, finished from the start.
+        ``warpers``: transformers' temperature / top-p warpers, ``sample``: draw (else argmax);
+        a graph replays those it was captured with. ``adapter_names``: peft's, per row."""
         r, width = prompt_mask.shape
         filled = width - 1
         if prefill is not None:
@@ -206,6 +208,7 @@ class StaticDecoder:
         self.column.zero_()
         self.unfinished.zero_()
         self.unfinished[:r] = True
+        self.warpers, self.sample = list(warpers), sample
         self.model_kwargs = {}
         if adapter_names is not None:
             dummies = [adapter_names[0]] * (self.rows - r)
@@ -250,7 +253,8 @@ class StaticDecoder:
         self.column += 1
 
     def capture(self, key: Any) -> None:
-        """Record :meth:`step` in a CUDA graph for ``key`` (the adapter setup it runs under).
+        """Record :meth:`step` in a CUDA graph for ``key`` (the adapter setup and sampling it
+        runs with, as loaded).
         Warm-up steps run eagerly first; they move the state and the RNG, so the caller loads
         the call again afterwards, and the RNG state is put back here."""
         device = self.kv_index.device

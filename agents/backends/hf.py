@@ -123,7 +123,7 @@ class HFBackend:
         self.lora_config = lora_config
         self.share_prompts = share_prompts  # one prefill per distinct prompt (module docstring)
         self.decode = decode  # the decoding loop after the prefill (module docstring)
-        # CUDA: static decoders (with their graphs) by (row bucket, length bucket, sampling),
+        # CUDA: static decoders (with their graphs) by (row bucket, length bucket),
         # least recently used first, valid for the parameters at _decoder_weights' addresses
         self._decoders: OrderedDict[tuple[Any, ...], StaticDecoder] = OrderedDict()
         self._decoder_weights: tuple[int, ...] = ()
@@ -268,18 +268,20 @@ class HFBackend:
         r, width = input_ids.shape
         steps = sampling.max_new_tokens
         last = input_ids[:, -1]  # (R,) each row's last prompt token
+        how = (_sampling_processors(sampling), sampling.temperature > 0)  # warpers, sample
         if not self._fixed_shapes():  # a CPU: the prefill's own buffers and room, trimmed
             buffers = [layer.buffers() for layer in prefill.layers]
-            decoder = self._decoder(buffers, sampling, trim=True)
-            decoder.load(None, attention, last, row_names)
+            decoder = self._decoder(buffers, trim=True)
+            decoder.load(None, attention, last, *how, row_names)
             return decoder.run(steps, r)
-        decoder = self._cached_decoder(prefill, r, width - 1 + steps, sampling)
+        decoder = self._cached_decoder(prefill, r, width - 1 + steps)
         one = row_names is None or len(set(row_names)) == 1
         if path == "graph" and one and not self.graph_error:
-            key = row_names[0] if row_names else None
-            with only_adapter(self.model, key, BASE_ADAPTER):
+            adapter = row_names[0] if row_names else None
+            key = (adapter, sampling.temperature, sampling.top_p)
+            with only_adapter(self.model, adapter, BASE_ADAPTER):
                 if key not in decoder.graphs:
-                    decoder.load(prefill, attention, last)
+                    decoder.load(prefill, attention, last, *how)
                     try:
                         decoder.capture(key)
                     except RuntimeError as err:  # CUDA refused the capture: decode eagerly
@@ -291,9 +293,9 @@ class HFBackend:
                             stacklevel=2,
                         )
                 if key in decoder.graphs:
-                    decoder.load(prefill, attention, last)
+                    decoder.load(prefill, attention, last, *how)
                     return decoder.run(steps, r, decoder.graphs[key])
-        decoder.load(prefill, attention, last, row_names)
+        decoder.load(prefill, attention, last, *how, row_names)
         return decoder.run(steps, r)
 
     def _fixed_shapes(self) -> bool:
@@ -302,29 +304,22 @@ class HFBackend:
         return self.device.type == "cuda" or self._fixed_shapes_on_cpu
 
     def _decoder(
-        self,
-        buffers: list[tuple[torch.Tensor, torch.Tensor]],
-        sampling: SamplingConfig,
-        trim: bool = False,
+        self, buffers: list[tuple[torch.Tensor, torch.Tensor]], trim: bool = False
     ) -> StaticDecoder:
-        """A static decoder on ``buffers`` (per layer, keys and values) for ``sampling``."""
+        """A static decoder on ``buffers`` (per layer, keys and values)."""
         return StaticDecoder(
             self.model,
             buffers,
             eos_ids=sorted(self.eos_ids),
             pad_id=self.tokenizer.pad_token_id,
-            warpers=_sampling_processors(sampling),
-            sample=sampling.temperature > 0,
             additive_mask=bool(mask_is_additive(self.model)),
             cache_keyword=cache_keyword(self.model),
             trim=trim,
         )
 
-    def _cached_decoder(
-        self, prefill: Any, rows: int, length: int, sampling: SamplingConfig
-    ) -> StaticDecoder:
+    def _cached_decoder(self, prefill: Any, rows: int, length: int) -> StaticDecoder:
         """The CUDA decoder for ``rows`` rows and ``length`` cache positions, both rounded up to
-        their buckets: reused when a call of those buckets and sampling ran before (its graphs
+        their buckets: reused when a call of those buckets ran before (its graphs
         with it), else made with zeroed buffers shaped like ``prefill``'s, the least recently
         used dropped past :data:`MAX_DECODERS`. All are dropped when a parameter moved (a graph
         reads the addresses it was captured with)."""
@@ -333,7 +328,7 @@ class HFBackend:
             self._decoders.clear()
             self._decoder_weights = weights
         rb, lb = row_bucket(rows), length_bucket(length)
-        key = (rb, lb, sampling.temperature, sampling.top_p)
+        key = (rb, lb)
         decoder = self._decoders.pop(key, None)
         if decoder is None:
             while len(self._decoders) >= MAX_DECODERS:
@@ -345,7 +340,7 @@ class HFBackend:
                     (k.new_zeros(rb, k.shape[1], lb, k.shape[3]),  # (Rb, H_kv, Lb, D)
                      v.new_zeros(rb, v.shape[1], lb, v.shape[3]))
                 )
-            decoder = self._decoder(buffers, sampling)
+            decoder = self._decoder(buffers)
         self._decoders[key] = decoder  # the most recently used last
         return decoder
 

@@ -184,7 +184,7 @@ def test_graph_shapes_on_a_cpu_match_generate() -> None:
             assert ids_a == ids_b
             torch.testing.assert_close(torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-5, rtol=0)
     assert len(static._decoders) == 1  # one bucket: the decoder is reused by each call
-    (rows, length, *_), decoder = next(iter(static._decoders.items()))
+    (rows, length), decoder = next(iter(static._decoders.items()))
     width = max(len(p) for p in prompts)  # no shared prefix here: the layout is the longest
     assert (rows, length) == (8, length_bucket(width - 1 + 12)) == (8, 64)
     assert decoder.rows == 8 and decoder.length == 64
@@ -272,12 +272,12 @@ def test_capture_and_replay_logic_with_fake_graphs(monkeypatch: pytest.MonkeyPat
                 torch.testing.assert_close(
                     torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-5, rtol=0
                 )
-    # greedy under the base model, then T=1 under lora0 and under the base model; the mixed
-    # call ran eagerly; every later call replayed
+    # one decoder (8 rows, 64 positions) for every call, with a graph for greedy under the
+    # base model, then T=1 under lora0 and under the base model; the mixed call ran eagerly;
+    # every later call replayed
     graphs = {key: list(d.graphs) for key, d in graph._decoders.items()}
     assert graphs == {
-        (8, 64, 0.0, 1.0): [BASE_ADAPTER],
-        (8, 64, 1.0, 1.0): ["lora0", BASE_ADAPTER],
+        (8, 64): [(BASE_ADAPTER, 0.0, 1.0), ("lora0", 1.0, 1.0), (BASE_ADAPTER, 1.0, 1.0)],
     }
     assert len(fakes.captures) == 3
     assert graph.graph_error is None
@@ -357,8 +357,12 @@ def test_cuda_graph_replays_equal_the_eager_static_loop() -> None:
                 torch.testing.assert_close(
                     torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-5, rtol=0
                 )
-    # a graph per (decoder, adapter): greedy and T=1.0 under the base model (the call with
-    # adapters=[None] * 7 replayed T=1.0's), top-p under alice; the mixed call ran eagerly
-    graphs = [g for d in graph._decoders.values() for g in d.graphs]
-    assert sorted(graphs) == [BASE_ADAPTER, BASE_ADAPTER, "alice"]
+    # a graph per (adapter, temperature, top-p): greedy and T=1.0 under the base model (the
+    # call with adapters=[None] * 7 replayed T=1.0's), top-p under alice; the mixed call ran
+    # eagerly
+    graphs = [key for d in graph._decoders.values() for key in d.graphs]
+    assert sorted(graphs) == [
+        (BASE_ADAPTER, 0.0, 1.0), (BASE_ADAPTER, 1.0, 1.0), ("alice", 0.7, 0.9)
+    ]
+    assert len(graph._decoders) == 1  # 14 rows in 16, one length bucket: one decoder
     assert all(isinstance(d, StaticDecoder) for d in graph._decoders.values())
