@@ -69,19 +69,27 @@ def _support(device_type: str) -> Bf16Support:
         bf16, amx = checks
         if bf16 or amx:
             return Bf16Support(True, "AVX512-BF16" if bf16 else "AMX")
-        return Bf16Support(False, "no AVX512-BF16 or AMX")
+        level = torch.backends.cpu.get_cpu_capability()
+        kernels = "" if level == "AVX512" else f" in torch's {level} kernels"
+        return Bf16Support(False, f"no AVX512-BF16 or AMX{kernels}")
     ratio = bf16_slowdown("cpu")
     return Bf16Support(ratio < 1.0, f"measured bf16 at {ratio:.2g}x float32's time")
 
 
 def _cpu_capabilities() -> tuple[bool, bool] | None:
-    """(AVX512-BF16, AMX) from torch's checks on an x86 CPU; None where they say nothing."""
+    """(AVX512-BF16, AMX) from torch's checks on an x86 CPU, as torch's kernels may use them:
+    both False when torch dispatches below AVX512 (``ATEN_CPU_CAPABILITY=avx2`` restricts it,
+    and then so should ``ONEDNN_MAX_CPU_ISA``); None where the checks say nothing."""
     if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
         return None
     try:
-        return bool(torch.cpu._is_avx512_bf16_supported()), bool(torch.cpu._is_amx_tile_supported())
+        bf16 = bool(torch.cpu._is_avx512_bf16_supported())
+        amx = bool(torch.cpu._is_amx_tile_supported())
     except AttributeError:  # a torch without the checks
         return None
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return False, False
+    return bf16, amx
 
 
 def bf16_slowdown(device: str | torch.device = "cpu", repeats: int = 5) -> float:

@@ -1,17 +1,43 @@
-"""Suite-wide marker rules; the markers themselves are registered in pyproject.toml."""
+"""Suite-wide rules: markers (registered in pyproject.toml) and parallel workers.
+
+``make test`` runs the suite on one pytest-xdist worker per core (``--dist loadgroup``). Every
+Ray test goes to one worker, so that two Ray clusters never fight over the cores, and each
+worker's torch (and the CLI subprocesses it starts, through ``OMP_NUM_THREADS``) takes its
+share of the cores instead of all of them: two processes of two threads on two cores run 4 to 6
+times slower than one (docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On an xdist worker: this worker's share of the cores, for torch and its subprocesses."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers <= 1:
+        return
+    import torch
+
+    from marl.threads import available_cores
+
+    threads = max(1, available_cores() // workers)
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test marked ``ray`` is also ``slow``: starting Ray costs seconds here, so the fast loop
-    (``-m "not slow"``) leaves out every Ray test, including ones that only say ``ray``."""
+    (``-m "not slow"``) leaves out every Ray test, including ones that only say ``ray``. Under
+    xdist, every Ray test runs on the same worker (the ``ray`` group)."""
     for item in items:
-        if item.get_closest_marker("ray") and not item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("ray"):
+            if not item.get_closest_marker("slow"):
+                item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture
