@@ -94,8 +94,18 @@ def _cpu_capabilities() -> tuple[bool, bool] | None:
 
 def bf16_slowdown(device: str | torch.device = "cpu", repeats: int = 5) -> float:
     """bf16's time over float32's for one :data:`PROBE_SHAPE` matmul on ``device`` (best of
-    ``repeats``, the two alternated): below 1 where bf16 is fast, 40 or more where emulated."""
+    ``repeats``, the two alternated, on one thread): below 1 where bf16 is fast, 20 or more
+    where emulated."""
     device = torch.device(device)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a small matmul on several threads measures their overhead
+    try:
+        return _probe(device, repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _probe(device: torch.device, repeats: int) -> float:
     m, k, n = PROBE_SHAPE
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(m, k, generator=generator).to(device)  # (M, K)
