@@ -51,7 +51,7 @@ What it measures, in order (each value is in the JSON; the table gives the media
 On a CPU the defaults are smaller, to finish in a few minutes: 4 and 8 rows of 16 new tokens,
 one timed update, one step per run, and a big step of 1 x 8 episodes (``--rows``,
 ``--new-tokens``, ``--update-rounds``, ``--steps``, ``--big`` set them anywhere). On CUDA,
-``--budget-s`` (270 s) skips the parts not yet started by then, so that a slow compilation
+``--budget-s`` (240 s) skips the parts not yet started by then, so that a slow compilation
 cannot push the run past 5 minutes; the table lists what was skipped. The JSON is rewritten
 after every part (``complete: false`` until the end), and ``--out DIR`` writes it there too (a
 GPU machine's ``$OUT``).
@@ -733,7 +733,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="keep the demo's influence re-simulation in the training steps")
     p.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts to leave out")
     p.add_argument("--budget-s", type=float, default=None,
-                   help="skip the parts not started by then (default: 270 on CUDA, none on a "
+                   help="skip the parts not started by then (default: 240 on CUDA, none on a "
                    "CPU), so that a slow compile cannot push the run past 5 minutes")
     p.add_argument("--name", default=None,
                    help="bench/results/<name>.json (default: gpu on CUDA, gpu_cpu on a CPU)")
@@ -757,7 +757,7 @@ def defaults(args: argparse.Namespace, device: str) -> argparse.Namespace:
     args.matmul_size = args.matmul_size or (4096 if gpu else 2048)
     args.steps = args.steps or (2 if gpu else 1)
     args.big = args.big or ("32x8" if gpu else "1x8")
-    args.budget_s = args.budget_s if args.budget_s is not None else (270.0 if gpu else None)
+    args.budget_s = args.budget_s if args.budget_s is not None else (240.0 if gpu else None)
     args.name = args.name or ("gpu" if gpu else "gpu_cpu")
     return args
 

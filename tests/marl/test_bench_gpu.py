@@ -107,3 +107,25 @@ def test_every_part_runs_on_the_tiny_model(tmp_path, monkeypatch):
     assert {"generate 4 rows: ours / static", "update tokens/s", "demo step: update",
             "big step: rollout generated tokens/s", "matmul peak bfloat16"} <= figures
     assert written["device"]["cpu"] and "avx512_bf16" in written["device"]["cpu_flags"]
+
+
+def test_parts_past_the_budget_or_skipped_are_listed(tmp_path, monkeypatch):
+    import common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    args = gpu.defaults(gpu.parse(["--device", "cpu", "--skip", "demo", "--budget-s", "0"]), "cpu")
+    bench = gpu.Run(args, "cpu", "bench/gpu.py")
+    assert not bench.starts("demo") and bench.data["skipped"]["demo"] == "--skip"
+    assert not bench.starts("big") and bench.data["skipped"]["big"].startswith("budget")
+    bench.save()
+    saved = json.loads((tmp_path / "gpu_cpu.json").read_text())
+    assert saved["complete"] is False and set(saved["skipped"]) == {"demo", "big"}
+
+
+def test_cpu_and_cuda_defaults():
+    cpu = gpu.defaults(gpu.parse([]), "cpu")
+    assert (cpu.rows, cpu.new_tokens, cpu.dtype, cpu.budget_s, cpu.name) == (
+        [4, 8], 16, "float32", None, "gpu_cpu")
+    cuda = gpu.defaults(gpu.parse([]), "cuda")
+    assert (cuda.rows, cuda.new_tokens, cuda.dtype, cuda.big, cuda.steps, cuda.name) == (
+        [16, 64, 256], 64, "bfloat16", "32x8", 2, "gpu")
