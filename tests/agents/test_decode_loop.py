@@ -106,6 +106,23 @@ def test_static_loop_equals_generate(sampling: SamplingConfig, seed: int | None)
         assert len({tuple(ids) for ids, _, _ in got[: sampling.n]}) > 1
 
 
+def test_eager_attention_takes_an_additive_mask() -> None:
+    """A model on transformers' ``eager`` attention gets a float mask (0 or the dtype's
+    minimum), not a boolean one; still exactly what generate gives."""
+    made = []
+    for decode in ("generate", "static"):
+        model, tok = load_model(ModelSpec(seed=1))
+        model.set_attn_implementation("eager")
+        made.append(HFBackend(model, tok, decode=decode))
+    generate, static = made[0], _no_generate(made[1])
+    assert static.model.config._attn_implementation == "eager"
+    prompts = _system_prompts(static.tokenizer)
+    for sampling, seed in [(SamplingConfig(max_new_tokens=12, temperature=0.0, n=2), None),
+                           (SamplingConfig(max_new_tokens=12, temperature=0.8, top_p=0.9, n=2), 3)]:
+        want = _outputs(generate.generate(prompts, sampling, seed=seed))
+        _assert_same(_outputs(static.generate(prompts, sampling, seed=seed)), want)
+
+
 def test_rows_stopping_at_eos_at_different_steps() -> None:
     # A random 101-token model emits EOS about once in 100 draws; at temperature 3 over
     # 3 x 8 rows x 40 tokens some rows stop (at different steps) and some run to the limit.
