@@ -392,6 +392,7 @@ def generation(
         count, n = layout(rows, len(prompts))
         results[str(rows)] = contenders.measure(prompts[:count], n, rounds)
         results[str(rows)]["ours_decode"] = getattr(ours, "decode", "generate")
+        results[str(rows)]["ours_graph_error"] = getattr(ours, "graph_error", None)
         m = results[str(rows)]["median"]
         if static:
             print(f"  {rows} rows: ours {m['ours']:,.0f} tok/s, transformers static "
@@ -920,7 +921,8 @@ def summary(data: dict[str, Any], info: dict[str, Any], state: dict[str, Any]) -
         static = "compiled" if g["static_compiled"] else "eager"
         rows += [
             row(f"generate {size} rows: ours", m["ours"], "tok/s",
-                f"{shape}; decode={g.get('ours_decode')}"),
+                f"{shape}; decode={g.get('ours_decode')}"
+                + ("; graph capture failed: eager" if g.get("ours_graph_error") else "")),
             row(f"generate {size} rows: transformers static", m["static"], "tok/s",
                 f"{static}; warm-up {g['warmup_s']['static']:.1f} s"),
             row(f"generate {size} rows: ours / static", m["ours"] / m["static"], "x",
