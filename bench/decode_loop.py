@@ -12,6 +12,11 @@ The contenders alternate, ``--rounds`` rounds; median and minimum. On CUDA the s
 times ``decode="graph"`` too. Writes ``bench/results/decode_loop.json``.
 
     .venv/bin/python bench/decode_loop.py [--model shape|embedded|tiny] [--threads 1]
+    .venv/bin/python bench/decode_loop.py --dtype bfloat16 --calls 4x4 16x16 64x4  # on CUDA
+
+Measured here (AMD EPYC, 2 cores shared, fp32, one thread, 8 rounds, load 2.4 then 1.1):
+79.4 vs 79.3 ms a step at 4 rows, 138.9 vs 141.7 ms at 16 (equal within noise); on the tiny
+model, where Python overhead is most of a step, 1.1 vs 0.9 ms at 4 rows and 1.4 vs 1.0 ms at 16.
 """
 
 from __future__ import annotations
