@@ -547,11 +547,25 @@ class HFBackend:
 
         ``state_dict`` is as returned by ``peft.get_peft_model_state_dict`` (``None`` = a fresh
         adapter, which leaves the outputs unchanged until trained). ``config`` is a peft
-        ``LoraConfig``; default: the backend's ``lora_config`` or r=8, alpha=16 on q_proj/v_proj.
+        ``LoraConfig``; default: the adapter's own for one already loaded, else the backend's
+        ``lora_config`` or r=8, alpha=16 on q_proj/v_proj. New weights for a loaded adapter of
+        the same shape (a learner's sync) are copied into its tensors in place: nothing is
+        allocated, and captured decoding graphs stay valid.
         """
         from peft import PeftModel, set_peft_model_state_dict
 
         _check_adapter_name(name)
+        if name in self.adapters and state_dict is not None:
+            loaded = self.model.peft_config[name]
+            if config is None or _same_lora_shape(config, loaded):
+                result = set_peft_model_state_dict(self.model, dict(state_dict), adapter_name=name)
+                if result.unexpected_keys:
+                    raise KeyError(
+                        f"add_adapter {name!r}: state dict keys do not fit the model, e.g. "
+                        f"{list(result.unexpected_keys)[:3]}"
+                    )
+                self.model.eval()
+                return
         self._decoders.clear()  # their graphs hold the adapters' old parameters
         config = config or self.lora_config or default_lora_config()
         if name in self.adapters:
@@ -616,6 +630,13 @@ def shared_prefixes(texts: Sequence[Sequence[int]], adapters: Sequence[str | Non
             for i in members:
                 prefixes[i] = length
     return prefixes
+
+
+def _same_lora_shape(config: Any, loaded: Any) -> bool:
+    """Whether the LoRA ``config`` builds the same tensors and scaling as the ``loaded`` one."""
+    keys = ("r", "lora_alpha", "use_rslora", "bias", "lora_dropout")
+    same = all(getattr(config, k, None) == getattr(loaded, k, None) for k in keys)
+    return same and set(config.target_modules or ()) == set(loaded.target_modules or ())
 
 
 def _check_adapter_name(name: str) -> None:

@@ -187,6 +187,25 @@ def test_mixed_adapter_batch_equals_each_adapter_alone(backend, prompts) -> None
         backend.generate(prompts, greedy, adapters=["alice", "zzz", None])
 
 
+def test_new_weights_for_a_loaded_adapter_are_copied_in_place(backend, prompts) -> None:
+    greedy = SamplingConfig(max_new_tokens=12, temperature=0.0)
+    state = _random_adapter(backend, "alice", seed=4)  # "alice" is loaded, fresh
+    tensors = get_peft_model_state_dict(backend.model, adapter_name="alice")
+    addresses = {k: v.data_ptr() for k, v in tensors.items()}
+    backend.add_adapter("alice", state)  # a learner's sync: same shape, new values
+    after = get_peft_model_state_dict(backend.model, adapter_name="alice")
+    assert {k: v.data_ptr() for k, v in after.items()} == addresses  # nothing reallocated
+    assert all(torch.equal(after[k], state[k]) for k in state)
+    in_place = backend.generate(prompts, greedy, adapters=["alice"] * 3)
+    other = make_backend("hf", spec=ModelSpec(seed=0))
+    other.add_adapter("alice", state)  # the same weights, added afresh
+    fresh = other.generate(prompts, greedy, adapters=["alice"] * 3)
+    assert [g[0].response_ids for g in in_place] == [g[0].response_ids for g in fresh]
+    assert [g[0].logprobs for g in in_place] == [g[0].logprobs for g in fresh]
+    with pytest.raises(KeyError, match="do not fit"):
+        backend.add_adapter("alice", {"base_model.model.nowhere.lora_A.weight": torch.zeros(1)})
+
+
 def test_fresh_adapter_is_a_no_op_and_removal_restores_the_base(backend, prompts) -> None:
     greedy = SamplingConfig(max_new_tokens=12, temperature=0.0)
     base = [g[0].response_ids for g in backend.generate(prompts, greedy)]
