@@ -128,7 +128,7 @@ def test_explicit_bf16_on_an_emulating_cpu_warns_once_with_the_ratio(
     auto = load("demo")
     resolved, _, machine = fit_machine(auto, check_config(auto))
     assert resolved.model.dtype == "float32" and not machine.warning
-    assert "dtype float32 (auto: no AVX512-BF16 or AMX)" in machine.line()
+    assert "dtype float32 (auto: no AVX512-BF16 or AMX" in machine.line()
 
 
 def test_a_run_prints_its_devices_once_and_records_the_resolved_dtype(
