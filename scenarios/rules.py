@@ -13,6 +13,7 @@ import importlib
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, ClassVar
 
 from marl.protocols.registry import Registry
@@ -41,6 +42,12 @@ class ScenarioInfo:
     # With reward.malformed_penalty 0 the returns then sum to zero too, and the sign of an
     # agent's return says whether it won, drew or lost (marl.scenarios.zero_sum).
     zero_sum: bool = False
+    # The dotted name of a module that holds the game's exact tree, for two-player games small
+    # enough to solve (None: the game declares none). The module offers ``supports(params)``,
+    # ``INFO_SETS``, ``info_set_of(info)``, ``reach_info_set(env, key)``, ``policy_from(prob)``,
+    # ``expected_value``, ``best_response``, ``nash_conv`` and ``exploitability``; read it with
+    # :func:`game_tree`. A name, not the module: this object stays plain data.
+    tree: str | None = None
 
 
 @dataclass
@@ -175,3 +182,15 @@ def import_rules_module(name: object) -> list[Problem]:
         reason = f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
         return [Problem("rules_module", f"cannot import {name!r}: {reason}")]
     return []
+
+
+def game_tree(spec: Any) -> ModuleType | None:
+    """The exact game tree of the scenario ``spec`` (a :class:`ScenarioSpec`): the module its
+    rules declare in ``ScenarioInfo.tree``, when that module ``supports`` the spec's params;
+    else ``None`` (no tree declared, or params that change the game, as Kuhn Poker's table talk
+    or another bet size do). The answer to "can this scenario's policies be solved exactly?"."""
+    name = RULES[spec.rules].info.tree
+    if name is None:
+        return None
+    module = importlib.import_module(name)
+    return module if module.supports(spec.params) else None

@@ -13,6 +13,10 @@ zero-sum. The betting maps onto rounds: in each round only the player to move ha
 ``needs_action``; the other is idle (it neither talks nor acts, so nothing is generated for it).
 With ``table_talk: true`` the player to move may also send a message (bluffing in words).
 
+With ante 1, bet 1 and no table talk the game is solved exactly in
+:mod:`marl.scenarios.builtin.kuhn_tree` (best responses, exploitability), which the rules
+declare as their tree (``info.tree``; :func:`marl.scenarios.rules.game_tree`).
+
 An action is one of the legal moves, as a word (``check``, ``bet``, ``call``, ``fold``;
 brackets, quotes and case do not matter: :func:`marl.scenarios.zero_sum.pick_word`). A reply
 with no legal move is invalid and is played as ``check`` where that is legal, else ``fold``.
@@ -36,6 +40,7 @@ from marl.scenarios.zero_sum import pick_word
 CARDS = ["J", "Q", "K"]  # index = rank
 MOVES = ("check", "bet", "call", "fold")
 PAST = {"check": "checked", "bet": "bet", "call": "called", "fold": "folded"}
+RULE_BOT_BLUFF = 1 / 6  # the rule bot's alpha in the equilibrium family (equilibrium_policy)
 
 
 def legal_moves(history: Sequence[str]) -> list[str]:
@@ -58,6 +63,7 @@ class KuhnPokerRules(Rules):
         default_topology="complete",
         default_rounds=3,
         zero_sum=True,
+        tree="marl.scenarios.builtin.kuhn_tree",  # solved exactly (ante 1, bet 1, no talk)
     )
 
     @dataclass(frozen=True)
@@ -235,7 +241,7 @@ def kuhn_rule_bot(agent: str, observation: str, info: dict[str, Any], rng: rando
     chips from any player who strays from equilibrium, the random bot among them."""
     if not info.get("valid_actions"):
         return "ACTION: wait"
-    move = _kuhn_move(info, rng, bluff=1 / 6)
+    move = _kuhn_move(info, rng, bluff=RULE_BOT_BLUFF)
     lines = []
     if info.get("neighbours"):
         lines.append(f"SAY: I {PAST[move]}.")
