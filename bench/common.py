@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -20,6 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from marl.stats import mean_interval
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parent.parent
@@ -126,7 +127,6 @@ def _cell(value: Any) -> str:
 
 
 # --- learning experiments (communication.py, relay_credit.py) -----------------------------------
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 9: 2.262}
 
 
 # The per-step timings every training run logs (marl/train.py), read by the step benches.
@@ -143,12 +143,11 @@ def read_scalars(logdir: Path) -> dict[str, list[float]]:
 
 
 def interval(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval (0 for one value)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, half
+    """Mean and the half-width of its 95% t-interval (:func:`marl.stats.mean_interval`; 0 for
+    one value, so a one-seed quick look prints ``± 0.00``). Over per-seed values this is the
+    seed-clustered interval (:func:`marl.stats.seed_clustered`)."""
+    mean, _, high = mean_interval(values)
+    return mean, high - mean if len(values) > 1 else 0.0
 
 
 def save_experiment(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import sys
 from pathlib import Path
@@ -32,6 +31,8 @@ from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interval, read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
+
+from marl.stats import wilson  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SUCCESS = "team/success"
@@ -123,16 +124,6 @@ def run(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
         flush=True,
     )
     return curves
-
-
-def wilson(successes: float, n: int) -> tuple[float, float]:
-    """95% Wilson interval of a proportion."""
-    if n == 0:
-        return 0.0, 0.0
-    z, p = 1.96, successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
 
 
 def summarise(results: dict, episodes_per_step: int, last: int, eval_episodes: int = 64) -> dict:

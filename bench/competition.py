@@ -104,7 +104,7 @@ def crossplay(args: argparse.Namespace, out: Path) -> dict:
 
 def summarise(results: dict, crossplay_data: dict, seeds: list[int]) -> dict:
     """Win rates of each seed against each reference opponent, over seeds and pooled."""
-    from marl.summary import wilson
+    from marl.stats import wilson
 
     cells = {(c["row"], c["col"]): c for c in crossplay_data["cells"]}
     table: dict = {"win_rate": {}, "ratings": crossplay_data["ratings"], "training": {}}
@@ -127,7 +127,7 @@ def summarise(results: dict, crossplay_data: dict, seeds: list[int]) -> dict:
             "mean": mean,
             "ci": half,
             "pooled": wins / games,
-            "pooled_wilson": wilson(wins / games, games),
+            "pooled_wilson": wilson(wins, games),
             "draws": draws,
             "games": games,
         }

@@ -12,7 +12,6 @@ return. These are the floors a trained policy should clear (docs/competition.md)
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from statistics import fmean
@@ -25,17 +24,8 @@ from common import machine, quick, row, write  # noqa: E402
 import marl  # noqa: E402
 from marl.scenarios.textarena_games import SUPPORTED, textarena_missing  # noqa: E402
 from marl.scenarios.zero_sum import outcomes  # noqa: E402
+from marl.stats import wilson  # noqa: E402
 from marl.testing import play_match  # noqa: E402
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson interval of a rate."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def games() -> list[tuple[str, str, dict[str, Any]]]:

@@ -45,8 +45,8 @@ from statistics import fmean
 from typing import Any
 
 from marl.errors import RunError
-from marl.ratings import Game, bootstrap_ratings, outcome, score_of, wilson
-from marl.report import mean_ci
+from marl.ratings import Game, bootstrap_ratings, outcome, score_of
+from marl.stats import mean_interval, wilson
 
 __all__ = ["Player", "crossplay", "main", "parse_players"]
 
@@ -356,10 +356,10 @@ def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[
             scores += [1.0 - g.score for g in games if g.a == b and g.b == a]
             returns = [g.returns[0] for g in games if g.a == a and g.b == b and g.returns]
             returns += [g.returns[1] for g in games if g.a == b and g.b == a and g.returns]
-            mean, half = mean_ci(returns)
+            mean, low, high = mean_interval(returns) if returns else (math.nan, math.nan, math.nan)
             n = len(scores)
             wins, draws = sum(s == 1.0 for s in scores), sum(s == 0.5 for s in scores)
-            lo, hi = wilson(wins / n, n) if n else (0.0, 1.0)
+            lo, hi = wilson(wins, n)
             rows.append(
                 {
                     "row": a,
@@ -373,8 +373,8 @@ def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[
                     "win_hi": hi,
                     "score": (wins + 0.5 * draws) / n if n else float("nan"),
                     "mean_return": mean,
-                    "return_lo": mean - half,
-                    "return_hi": mean + half,
+                    "return_lo": low,
+                    "return_hi": high,
                 }
             )
     return rows
@@ -389,19 +389,19 @@ def cooperative_cells(names: Sequence[str], played: Sequence[Episode]) -> list[d
             eps = [e for e in played if {e.row, e.col} == {a, b} and (a != b or e.row == e.col)]
             team = [fmean(e.returns.values()) for e in eps]
             n = len(team)
-            mean, half = mean_ci(team)
+            mean, low, high = mean_interval(team) if team else (math.nan, math.nan, math.nan)
             row = {
                 "row": a,
                 "col": b,
                 "games": n,
                 "team_return": mean,
-                "team_lo": mean - half,
-                "team_hi": mean + half,
+                "team_lo": low,
+                "team_hi": high,
             }
             successes = [e.success for e in eps]
             if n and all(s is not None for s in successes):
                 rate = fmean(successes)  # type: ignore[arg-type]
-                lo, hi = wilson(rate, n)
+                lo, hi = wilson(rate * n, n)
                 row.update({"success": rate, "success_lo": lo, "success_hi": hi})
             rows.append(row)
     return rows

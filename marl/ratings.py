@@ -8,8 +8,7 @@ One small module for the rating math that the league's Elo curve (:mod:`marl.lea
   opponent's, *draws* when they are equal (within ``1e-9``: returns are sums of floats), and
   *loses* otherwise. Nothing is asked of the scenario beyond its per-agent returns. A game's
   *score* is 1, 0.5 or 0.
-- **Wilson interval** of a rate (:func:`marl.summary.wilson`, re-exported): the 95% score
-  interval, which stays inside [0, 1] and is sensible at 0 or n successes (Wilson 1927).
+- **Wilson interval** of a rate: :func:`marl.stats.wilson`, with the other intervals.
 - **Elo** (Elo 1978): the expected score of A against B is
   ``E_A = 1 / (1 + 10 ** ((R_B - R_A) / 400))``; after a game with score ``S_A`` an online
   update moves ``R_A += K (S_A - E_A)`` (:class:`EloTracker`).
@@ -38,7 +37,6 @@ from statistics import fmean, pstdev
 from typing import Any
 
 from marl.scenarios.zero_sum import outcome
-from marl.summary import wilson
 
 __all__ = [
     "Game",
@@ -48,7 +46,6 @@ __all__ = [
     "fit_bradley_terry",
     "outcome",
     "score_of",
-    "wilson",
 ]
 
 SCORE = {"win": 1.0, "draw": 0.5, "loss": 0.0}

@@ -28,45 +28,22 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import fmean, stdev
+from statistics import fmean
 
 import yaml
 
 from marl.errors import RunError
-
-# two-sided 95% Student t quantiles for n - 1 degrees of freedom (n = number of seeds)
-_T95 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    15: 2.131,
-    20: 2.086,
-    30: 2.042,
-}
-
-
-def t95(dof: int) -> float:
-    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom (1.96 for large dof)."""
-    if dof <= 0:
-        return float("nan")
-    known = [d for d in sorted(_T95) if d <= dof]
-    return _T95[known[-1]] if dof <= 30 else 1.96
+from marl.stats import mean_interval
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% confidence interval (nan with one value)."""
+    """Mean and the half-width of its 95% t-interval (:func:`marl.stats.mean_interval`); nan
+    for no values, a nan half-width for one. Over per-seed values this is the seed-clustered
+    interval (:func:`marl.stats.seed_clustered`)."""
     if not values:
-        return float("nan"), float("nan")
-    if len(values) == 1:
-        return values[0], float("nan")
-    return fmean(values), t95(len(values) - 1) * stdev(values) / math.sqrt(len(values))
+        return math.nan, math.nan
+    mean, _, high = mean_interval(values)
+    return mean, high - mean
 
 
 @dataclass

@@ -3,16 +3,18 @@
 Start is the first iteration's rollout (before any RL update: after the warm-up, if any); end is
 the mean of the last ``last`` iterations (:meth:`RunSummary.finals`, also the final metrics of
 the run's TensorBoard HParams session). A success rate gets a 95% Wilson interval over the
-pooled episodes of those iterations; the reward gets a normal interval over the iterations.
+pooled episodes of those iterations; the reward gets a 95% t-interval over the iterations
+(:mod:`marl.stats`). Both describe this one run, not the recipe: that needs seeds.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from statistics import fmean, stdev
+from statistics import fmean
+
+from marl.stats import mean_interval, wilson
 
 SUCCESS = "team/success"
 REWARD = "team/reward"
@@ -23,16 +25,6 @@ EVAL_EPISODES = "eval/episodes"
 MI_SUFFIX = "/speaker_mi_words"
 RATE_SUFFIX = "/message_rate"
 INFLUENCE_SUFFIX = "/influence_action"
-
-
-def wilson(p: float, n: int) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion ``p`` observed over ``n`` trials."""
-    if n <= 0:
-        return 0.0, 1.0
-    z = 1.96
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def final_value(tag: str, points: Sequence[tuple[int, float]], last: int = 3) -> float:
@@ -90,8 +82,8 @@ class RunSummary:
         if self.history.get(EVAL_SUCCESS):
             (s0, first), (s1, final) = self.history[EVAL_SUCCESS][0], self.history[EVAL_SUCCESS][-1]
             n = int(self.history[EVAL_EPISODES][-1][1])
-            lo0, hi0 = wilson(first, n)
-            lo1, hi1 = wilson(final, n)
+            lo0, hi0 = wilson(first * n, n)
+            lo1, hi1 = wilson(final * n, n)
             head = f"held-out success ({n} unseen scenarios): after {s0} updates {first:.2f} "
             head += f"[{lo0:.2f}, {hi0:.2f}]"
             if len(self.history[EVAL_SUCCESS]) > 1:
@@ -99,8 +91,8 @@ class RunSummary:
             out.append(head + " (95% Wilson intervals)")
         if self.history.get(SUCCESS):
             start, end, k = self._ends(SUCCESS)
-            lo0, hi0 = wilson(start, self.episodes)
-            lo1, hi1 = wilson(end, self.episodes * k)
+            lo0, hi0 = wilson(start * self.episodes, self.episodes)
+            lo1, hi1 = wilson(end * self.episodes * k, self.episodes * k)
             out.append(
                 f"success: start {start:.2f} [{lo0:.2f}, {hi0:.2f}] ({self.episodes} episodes)"
                 f" -> end {end:.2f} [{lo1:.2f}, {hi1:.2f}] (last {k} steps, "
@@ -109,8 +101,8 @@ class RunSummary:
         if self.history.get(REWARD):
             values = [v for _, v in self.history[REWARD]]
             start, end, k = self._ends(REWARD)
-            tail = values[-k:]
-            half = 1.96 * stdev(tail) / math.sqrt(k) if k > 1 else 0.0
+            _, _, high = mean_interval(values[-k:])  # the mean is ``end``
+            half = high - end if k > 1 else 0.0
             out.append(f"team reward: start {start:+.3f} -> end {end:+.3f} ± {half:.3f}")
         for key in sorted(self.history):
             if key.endswith(MI_SUFFIX) and "/edges/" not in key:
@@ -147,7 +139,7 @@ class RunSummary:
                 n = self.episodes
                 if key == EVAL_SUCCESS:
                     n = int(self.history[EVAL_EPISODES][-1][1])
-                bands = [wilson(v, n) for v in values]
+                bands = [wilson(v * n, n) for v in values]
                 ax.fill_between(steps, [b[0] for b in bands], [b[1] for b in bands], alpha=0.2)
                 ax.set_ylim(0, 1)
             ax.set_title(key)

@@ -15,9 +15,9 @@ from marl.ratings import (
     expected_score,
     fit_bradley_terry,
     outcome,
-    wilson,
 )
 from marl.scenarios.zero_sum import outcomes
+from marl.stats import wilson
 
 
 def test_outcome_contract() -> None:
@@ -109,4 +109,4 @@ def test_bootstrap_interval_is_seeded_and_covers_the_fit() -> None:
     for p, r in one.items():
         assert r["lo"] <= r["rating"] <= r["hi"], p
         assert r["se"] > 0
-    assert wilson(0.5, 20) == pytest.approx((0.299, 0.701), abs=1e-3)
+    assert wilson(10, 20) == pytest.approx((0.299, 0.701), abs=1e-3)

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from marl.summary import RunSummary, wilson
+from marl.stats import wilson
+from marl.summary import RunSummary
 
 
 def test_wilson_interval_known_values() -> None:
-    lo, hi = wilson(0.5, 100)
+    lo, hi = wilson(50, 100)
     assert lo == pytest.approx(0.4038, abs=1e-3) and hi == pytest.approx(0.5962, abs=1e-3)
-    assert wilson(1.0, 16)[1] == 1.0 and wilson(1.0, 16)[0] == pytest.approx(0.806, abs=1e-3)
-    assert wilson(0.0, 8)[0] == 0.0
+    assert wilson(16, 16)[1] == 1.0 and wilson(16, 16)[0] == pytest.approx(0.806, abs=1e-3)
+    assert wilson(0, 8)[0] == 0.0
 
 
 def test_summary_start_end_and_plot(tmp_path: Path) -> None:
