@@ -28,7 +28,14 @@ from marl.agents.models import ModelSpec
 from marl.config import Config, PolicyConfig
 from marl.policy_map import PolicyPlan, gpu_requests
 
-__all__ = ["Machine", "cpu_name", "fit_machine", "local_gpu_count", "local_gpu_name"]
+__all__ = [
+    "Machine",
+    "cpu_name",
+    "fit_machine",
+    "local_gpu_count",
+    "local_gpu_name",
+    "memory_metrics",
+]
 
 
 def local_gpu_count() -> int:
@@ -55,6 +62,36 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "CPU"
+
+
+def memory_metrics() -> dict[str, float]:
+    """This process's memory now, for every step's ``perf/`` tags: its resident set
+    (``perf/rss_gb``, from /proc; its peak where /proc is missing) and, with CUDA, the peak
+    allocated since the last call (``perf/gpu_peak_gb``), so that growth from step to step
+    shows."""
+    import resource
+
+    metrics = {"perf/rss_gb": _rss_bytes() / 1e9}
+    if not metrics["perf/rss_gb"]:
+        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        metrics["perf/rss_gb"] = peak_kb * 1024 / 1e9
+    if local_gpu_count():
+        import torch
+
+        metrics["perf/gpu_peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
+        torch.cuda.reset_peak_memory_stats()
+    return metrics
+
+
+def _rss_bytes() -> int:
+    """Resident set size from /proc/self/statm (0 where it cannot be read)."""
+    import os
+
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 @dataclass(frozen=True)

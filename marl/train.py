@@ -25,7 +25,7 @@ from marl.credit_phase import credit_phase, mean_influence
 from marl.emergence import tracker_for
 from marl.evaluation import due, evaluation_metrics
 from marl.hparams import run_hparams, run_overrides, trial_id
-from marl.machine import fit_machine, local_gpu_count
+from marl.machine import fit_machine, local_gpu_count, memory_metrics
 from marl.metrics import rollout_metrics
 from marl.outcomes import episode_bonuses, outcome_metrics
 from marl.policy_map import PolicyPlan, assign_gpus, plan_for
@@ -229,6 +229,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                     "perf/generated_tokens_per_s": rollout.generated_tokens
                     / max(rollout_time, 1e-9),
                     "perf/generate_calls": float(rollout.generate_calls),
+                    **memory_metrics(),
                 }
             )
             logger.scalars(metrics, step + 1)
