@@ -10,6 +10,7 @@ times slower than one (docs/benchmarks.md).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -40,11 +41,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("ray"))
 
 
-@pytest.fixture
-def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """For a test whose expectation holds only on a machine without a GPU: torch reports no
-    CUDA device for its duration, so the platform places everything on the CPU, as on CI."""
+def _hide_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test whose expectation holds only on a machine without a GPU: torch reports no
+    CUDA device for its duration, so the platform places everything on the CPU, as on CI."""
+    _hide_gpus(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def no_gpu_module() -> Iterator[None]:
+    """:func:`no_gpu` for a module-scoped fixture (a runtime compared with CPU references)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _hide_gpus(monkeypatch)
+        yield

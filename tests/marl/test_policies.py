@@ -246,7 +246,8 @@ def test_cli_reports_a_policy_mistake_without_traceback(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def mixed_runtime():
+def mixed_runtime(no_gpu_module):
+    # on the CPU: the tests compare it with fresh learners built on the CPU, bit for bit
     loaded = load_config(config(**MIXED))
     runtime = LocalRuntime(loaded, plan_for(loaded))
     yield loaded, runtime
