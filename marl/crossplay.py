@@ -27,8 +27,19 @@ scenario, or more than two agents): held-out partners; each cell is the team's m
 (swapped every other episode), with a 95% t-interval, and the success rate with its Wilson
 interval when the scenario defines success. The diagonal is self-play.
 
-Written to ``--out``: ``crossplay.md`` (the matrix and the ratings), ``crossplay.csv`` (one row
-per ordered pairing), ``crossplay.png`` (a heatmap) and ``crossplay.json`` (every game).
+In a two-agent zero-sum scenario, each player's own payoff (chips a hand in Kuhn Poker, whose
+return is twice the chips) is also reported by seat, with 95% t-intervals
+(:func:`individual_payoffs`, :func:`seat_payoffs`).
+
+``--exploitability`` (scenarios whose rules declare a game tree: Kuhn Poker) also evaluates
+every player exactly: its move probabilities at each information set, scored teacher-forced
+for a model, its exploitability and NashConv, and its expected chips against the Nash and
+random bots by seat (:mod:`marl.exploitability`). A scenario with no tree is refused in one
+line before any model loads.
+
+Written to ``--out``: ``crossplay.md`` (the matrix and the ratings, the payoffs by seat, the
+exact evaluation), ``crossplay.csv`` (one row per ordered pairing), ``crossplay.png`` (a
+heatmap) and ``crossplay.json`` (every game; ``payoff_by_seat`` and ``exploitability``).
 """
 
 from __future__ import annotations
@@ -48,7 +59,14 @@ from marl.errors import RunError
 from marl.ratings import Game, bootstrap_ratings, outcome, score_of
 from marl.stats import mean_interval, wilson
 
-__all__ = ["Player", "crossplay", "main", "parse_players"]
+__all__ = [
+    "Player",
+    "crossplay",
+    "individual_payoffs",
+    "main",
+    "parse_players",
+    "seat_payoffs",
+]
 
 BOT_PREFIX = "bot:"
 MODEL_PREFIX = "model:"
@@ -242,6 +260,35 @@ class Episode:
     seats: dict[str, str]  # agent -> player name
     returns: dict[str, float]
     success: float | None
+    # each agent's own payoff (chips in Kuhn Poker), where it can be read off the returns
+    # (:func:`individual_payoffs`); None elsewhere
+    payoffs: dict[str, float] | None = None
+
+
+def individual_payoffs(
+    returns: dict[str, float],
+    malformed: dict[str, int],
+    *,
+    cooperation: float,
+    malformed_penalty: float,
+    zero_sum: bool,
+) -> dict[str, float] | None:
+    """Each agent's own payoff over the episode (the rules' individual payoff: chips in Kuhn
+    Poker), without the cooperation mix or the malformed penalty; None where the returns do not
+    determine it.
+
+    The environment pays ``r_i = c * team + (1 - c) * (x_i - mean_{j != i} x_j)`` a round, plus
+    the penalty for each malformed reply (``TextScenarioEnv._mix_rewards``). With two agents and
+    rules that declare ``zero_sum`` (the individual payoffs of an episode sum to zero, and the
+    team payoff is their mean), the team term sums to zero and ``x_j = -x_i``, so
+    ``r_i = 2 (1 - c) x_i + penalty * malformed_i``, solved here for ``x_i``. Kuhn Poker's
+    default (c = 0, no penalty) gives ``x_i = r_i / 2``: its return is twice the chips."""
+    if not zero_sum or len(returns) != 2 or cooperation >= 1.0:
+        return None
+    return {
+        agent: (r - malformed_penalty * malformed.get(agent, 0)) / (2.0 * (1.0 - cooperation))
+        for agent, r in returns.items()
+    }
 
 
 def crossplay(
@@ -311,8 +358,22 @@ def crossplay(
         seed=seed * 1_000_003 + 424_243,
         response_prefix=response_prefix,
     )
+    spec = probe.spec
     played = [
-        Episode(row, col, seats, dict(record.returns), record.success)
+        Episode(
+            row,
+            col,
+            seats,
+            dict(record.returns),
+            record.success,
+            individual_payoffs(
+                record.returns,
+                record.malformed,
+                cooperation=spec.cooperation,
+                malformed_penalty=spec.malformed_penalty,
+                zero_sum=probe.rules_cls.info.zero_sum,
+            ),
+        )
         for (row, col, seats), record in zip(meta, result.episodes)
     ]
     return mode, played
@@ -405,6 +466,59 @@ def cooperative_cells(names: Sequence[str], played: Sequence[Episode]) -> list[d
                 row.update({"success": rate, "success_lo": lo, "success_hi": hi})
             rows.append(row)
     return rows
+
+
+def seat_payoffs(names: Sequence[str], played: Sequence[Episode]) -> list[dict[str, Any]]:
+    """One row per ordered pairing (player != opponent) whose episodes carry payoffs
+    (:func:`individual_payoffs`): the player's mean payoff a game (chips a hand in Kuhn Poker)
+    in each seat, ``seat0`` (the first agent, who acts first in Kuhn Poker) and ``seat1``, with
+    its 95% t-interval and the number of games. Each seat's games have distinct scenario
+    seeds (the seats swap on the same seed), so they are independent draws."""
+    rows = []
+    for a in names:
+        for b in names:
+            eps = [e for e in played if {e.row, e.col} == {a, b} and e.payoffs is not None]
+            if a == b or not eps:
+                continue
+            row: dict[str, Any] = {"player": a, "opponent": b}
+            for k in range(2):
+                values = [
+                    e.payoffs[agent]  # type: ignore[index]
+                    for e in eps
+                    for agent in list(e.seats)[k : k + 1]
+                    if e.seats[agent] == a
+                ]
+                mean, low, high = mean_interval(values) if values else (math.nan,) * 3
+                row.update(
+                    {
+                        f"seat{k}_games": len(values),
+                        f"seat{k}": mean,
+                        f"seat{k}_lo": low,
+                        f"seat{k}_hi": high,
+                    }
+                )
+            rows.append(row)
+    return rows
+
+
+def seat_markdown(rows: Sequence[dict[str, Any]], agents: Sequence[str]) -> str:
+    """:func:`seat_payoffs` as a Markdown table."""
+    lines = [
+        "The player's own payoff a game by seat (the rules' payoff without the cooperation "
+        "term or penalties: chips a hand in Kuhn Poker), mean with its 95% t-interval, games "
+        "in parentheses.",
+        "",
+        f"| player | opponent | as {agents[0]} (seat 0) | as {agents[1]} (seat 1) |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [
+            f"{r[f'seat{k}']:+.3f} [{r[f'seat{k}_lo']:+.3f}, {r[f'seat{k}_hi']:+.3f}] "
+            f"({r[f'seat{k}_games']})"
+            for k in range(2)
+        ]
+        lines.append(f"| {r['player']} | {r['opponent']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def markdown(
@@ -507,8 +621,14 @@ def write_results(
     *,
     bootstrap: int = 200,
     seed: int = 0,
+    exploitability: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Write crossplay.{md,csv,png,json} under ``out``; returns the JSON payload."""
+    """Write crossplay.{md,csv,png,json} under ``out``; returns the JSON payload.
+
+    Where the episodes carry individual payoffs (two-agent zero-sum scenarios), the Markdown
+    and the JSON (``payoff_by_seat``) hold each player's payoff by seat (:func:`seat_payoffs`).
+    ``exploitability``: :func:`marl.exploitability.exploitability_report`'s result, added to
+    the Markdown and to the JSON (``exploitability``)."""
     out.mkdir(parents=True, exist_ok=True)
     names = [p.name for p in players]
     ratings = None
@@ -520,6 +640,13 @@ def write_results(
     else:
         cells = cooperative_cells(names, played)
     text = markdown(mode, names, cells, ratings, episodes)
+    by_seat = seat_payoffs(names, played) if mode == "competitive" else []
+    if by_seat:
+        text += "\n\n" + seat_markdown(by_seat, list(played[0].seats))
+    if exploitability is not None:
+        from marl.exploitability import markdown as exploitability_markdown
+
+        text += "\n\n" + exploitability_markdown(exploitability)
     (out / "crossplay.md").write_text(text + "\n")
     with open(out / "crossplay.csv", "w", newline="") as f:
         columns = list(dict.fromkeys(k for c in cells for k in c))
@@ -533,6 +660,8 @@ def write_results(
         "players": [asdict(p) for p in players],
         "cells": cells,
         "ratings": ratings,
+        "payoff_by_seat": by_seat,
+        "exploitability": exploitability,
         "episodes": [asdict(e) for e in played],
     }
     (out / "crossplay.json").write_text(json.dumps(payload, indent=2) + "\n")
@@ -565,6 +694,14 @@ def main(args: Sequence[str]) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples")
+    parser.add_argument(
+        "--exploitability",
+        action="store_true",
+        help="also evaluate each player exactly on the scenario's game tree (Kuhn Poker): its "
+        "move probabilities at every information set, exploitability (NashConv / 2), NashConv "
+        "and expected chips against the Nash and random bots by seat; scenarios whose rules "
+        "declare no tree are refused",
+    )
     ns = parser.parse_args(args)
     if ns.episodes < 1:
         raise RunError(f"eval: --episodes must be >= 1, got {ns.episodes}")
@@ -578,6 +715,10 @@ def main(args: Sequence[str]) -> int:
         raise RunError("eval: no --scenario given and no checkpoint to take it from")
     overrides = {} if ns.scenario else dict((run.get("scenario") or {}).get("overrides") or {})
     rules = make(scenario, **overrides).spec.rules
+    if ns.exploitability:
+        from marl.exploitability import tree_of
+
+        tree_of(scenario, overrides)  # refused here, before any model loads
     players = parse_players(ns.players, rules)
     s = run.get("sampling") or {}
     sampling = SamplingConfig(
@@ -585,6 +726,8 @@ def main(args: Sequence[str]) -> int:
         temperature=ns.temperature if ns.temperature is not None else s.get("temperature", 1.0),
         top_p=float(s.get("top_p", 1.0)),
     )
+    response_prefix = bool(s.get("response_prefix", False))
+    backends = build_backends(players)
     mode, played = crossplay(
         players,
         scenario,
@@ -592,11 +735,33 @@ def main(args: Sequence[str]) -> int:
         episodes=ns.episodes,
         seed=ns.seed,
         sampling=sampling,
-        response_prefix=bool(s.get("response_prefix", False)),
+        response_prefix=response_prefix,
         mode=ns.mode,
+        backends=backends,
     )
+    report = None
+    if ns.exploitability:
+        from marl.exploitability import exploitability_report
+
+        report = exploitability_report(
+            players,
+            backends,
+            scenario,
+            overrides,
+            response_prefix=response_prefix,
+            temperature=sampling.temperature,
+        )
     out = Path(ns.out)
-    write_results(out, mode, players, played, ns.episodes, bootstrap=ns.bootstrap, seed=ns.seed)
+    write_results(
+        out,
+        mode,
+        players,
+        played,
+        ns.episodes,
+        bootstrap=ns.bootstrap,
+        seed=ns.seed,
+        exploitability=report,
+    )
     print((out / "crossplay.md").read_text())
     print(f"wrote {out / 'crossplay.md'}, crossplay.csv, crossplay.png, crossplay.json")
     return 0
