@@ -482,12 +482,11 @@ def seat_payoffs(names: Sequence[str], played: Sequence[Episode]) -> list[dict[s
                 continue
             row: dict[str, Any] = {"player": a, "opponent": b}
             for k in range(2):
-                values = [
-                    e.payoffs[agent]  # type: ignore[index]
-                    for e in eps
-                    for agent in list(e.seats)[k : k + 1]
-                    if e.seats[agent] == a
-                ]
+                values = []
+                for e in eps:
+                    agent = list(e.seats)[k]  # the seats in the scenario's agent order
+                    if e.seats[agent] == a:
+                        values.append(e.payoffs[agent])  # type: ignore[index]
                 mean, low, high = mean_interval(values) if values else (math.nan,) * 3
                 row.update(
                     {
