@@ -204,6 +204,14 @@ class TrainSettings:
                    update, after the last and every ``eval_every`` updates (0 = no evaluation).
                    The same seeds every time, never used for training; ``eval/*`` tags.
     eval_every:    updates between evaluations (0 = only at the start and the end).
+    exploitability_every: for a scenario whose rules declare a game tree (Kuhn Poker) and
+                   ``agents=llm``: score the first trainable policy exactly as a table of
+                   the game (:mod:`marl.exploitability_log`) before the first update, after
+                   the last and every this many updates; its exploitability, NashConv and
+                   chips against the Nash and random bots are logged at every step, the last
+                   values repeated between scorings (``league/exploitability``,
+                   ``league/nash_conv``, ``eval/chips_vs_nash``, ``eval/chips_vs_random``).
+                   0 = never. Skipped under Ray and for scenarios without a tree.
     """
 
     steps: int = 20
@@ -212,6 +220,7 @@ class TrainSettings:
     checkpoint_every: int = 0
     eval_episodes: int = 0
     eval_every: int = 0
+    exploitability_every: int = 5
 
     def __post_init__(self) -> None:
         _positive("train.steps", self.steps, allow_zero=True)
@@ -220,6 +229,7 @@ class TrainSettings:
         _positive("train.checkpoint_every", self.checkpoint_every, allow_zero=True)
         _positive("train.eval_episodes", self.eval_episodes, allow_zero=True)
         _positive("train.eval_every", self.eval_every, allow_zero=True)
+        _positive("train.exploitability_every", self.exploitability_every, allow_zero=True)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from marl.credit import RoleBaselines, advantage_scope, is_counterfactual
 from marl.credit_phase import credit_phase, mean_influence
 from marl.emergence import tracker_for
 from marl.evaluation import due, evaluation_metrics
+from marl.exploitability_log import tracker_for as exploitability_tracker
 from marl.hparams import run_hparams, run_overrides, trial_id
 from marl.machine import fit_machine, local_gpu_count, memory_metrics
 from marl.metrics import rollout_metrics
@@ -178,6 +179,9 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         counterfactual = is_counterfactual(config.credit.name)
         progress = _progress(start, t.steps, config.logging.progress)
         _evaluate(runtime, config, start, logger, summary)
+        exploitability = exploitability_tracker(config, plan, runtime)
+        if exploitability is not None:  # before the first update of this run
+            logger.scalars(exploitability.step(start, force=True), start)
         for step in range(start, t.steps):
             began = time.perf_counter()
             matchup = None
@@ -218,6 +222,8 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             metrics.update(_policy_metrics(updates))
             if league is not None and matchup is not None:
                 metrics.update(league.record(matchup, rollout.episodes))
+            if exploitability is not None:
+                metrics.update(exploitability.step(step + 1))
             step_time = time.perf_counter() - began
             metrics.update(
                 {
