@@ -35,6 +35,7 @@ __all__ = [
     "local_gpu_count",
     "local_gpu_name",
     "memory_metrics",
+    "one_process_device",
 ]
 
 
@@ -62,6 +63,12 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "CPU"
+
+
+def one_process_device(requests: dict[str, float], gpus: int) -> str:
+    """Where a one-process run puts its rollout and learners: ``cuda`` when it has GPUs and a
+    learner asked for a share of one (``requests``: policy id -> GPUs), else ``cpu``."""
+    return "cuda" if gpus and max(requests.values(), default=0.0) > 0 else "cpu"
 
 
 def memory_metrics() -> dict[str, float]:
@@ -152,7 +159,7 @@ def fit_machine(
         gpus = int(config.ray.num_gpus) if declared else local_gpu_count()  # type: ignore[arg-type]
     gpu_name = gpu_name if gpu_name is not None else (local_gpu_name() or "CUDA")
     requests = gpu_requests(plan, gpus) if plan is not None else {}
-    device = "cuda" if gpus and (max(requests.values(), default=0.0) > 0 or plan is None) else "cpu"
+    device = one_process_device(requests, gpus) if plan is not None else ("cuda" if gpus else "cpu")
     chosen, reason, warning = _dtype_for(config.model, device)
     config = _with_dtypes(config, device)
     if plan is not None:

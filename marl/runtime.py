@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from marl.config import Config, ConfigError
 from marl.credit import CreditResult
-from marl.machine import local_gpu_count
+from marl.machine import local_gpu_count, one_process_device
 from marl.policy_map import PolicyPlan, assign_gpus
 from marl.rollout import RolloutResult
 from marl.workers import RolloutWorker
@@ -92,15 +92,6 @@ def make_runtime(config: Config, plan: PolicyPlan | None) -> Runtime:
     return LocalRuntime(config, plan)
 
 
-def local_device(gpus: float) -> str | None:
-    """The device of a policy placed in this process: CUDA when it asked for a GPU."""
-    if gpus <= 0:
-        return None
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else None
-
-
 class LocalRuntime:
     """Everything in the trainer's process."""
 
@@ -115,7 +106,7 @@ class LocalRuntime:
                 plan, local_gpu_count(), source="torch.cuda.device_count()"
             )
         # one process, one device: CUDA when any policy asked for a GPU and torch has one
-        device = local_device(max(self.requests.values(), default=0.0))
+        device = one_process_device(self.requests, local_gpu_count())
         self.worker = RolloutWorker(config, plan, device=device)
         self.learners: dict[str, PolicyLearner] = {}
         if plan is None:
