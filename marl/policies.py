@@ -387,8 +387,7 @@ def rollout_learner(
     if not isinstance(model, torch.nn.Module):
         return PolicyLearner(spec, config, device=device)
     if spec.lora is not None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(policy_seed(config.seed, spec.id))
+        with _adapter_seed(spec, config.seed):
             target.add_adapter(spec.adapter, None, config=peft_lora_config(spec.lora))
         model = target.model  # re-adding the only adapter re-wraps the base
     return PolicyLearner(spec, config, model=model, tokenizer=target.tokenizer)
@@ -396,6 +395,14 @@ def rollout_learner(
 
 def _with_adapter(model: Any, spec: PolicySpec, seed: int) -> Any:
     """Wrap ``model`` with the policy's LoRA adapter; its initial weights follow the seed."""
+    with _adapter_seed(spec, seed):
+        return with_lora(model, peft_lora_config(spec.lora), spec.adapter)
+
+
+@contextmanager
+def _adapter_seed(spec: PolicySpec, seed: int) -> Iterator[None]:
+    """torch's RNG seeded with the policy's own seed for one block (a new adapter's initial
+    weights), the caller's RNG state restored after."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(policy_seed(seed, spec.id))
-        return with_lora(model, peft_lora_config(spec.lora), spec.adapter)
+        yield
