@@ -138,6 +138,17 @@ class Rules:
         """Structured facts for scripted bots and logs (plain JSON-like data)."""
         return {}
 
+    def legal_actions(self, agent: str) -> dict[str, str] | None:
+        """``agent``'s legal actions now, when they form a finite set: ``{reply text: action}``,
+        the text an ACTION line holds (``"bet"``, ``"2"``) mapped to the action it means. Several
+        texts may mean one action (signal-v1: a candidate's number and its name). ``None``:
+        open-text actions, or the agent does not act now.
+
+        Exact action distributions (:mod:`marl.agents.action_scores`) score each text
+        teacher-forced and sum the probabilities of the texts of one action; the emergence
+        measures (:mod:`marl.listening`) and exploitability read policies this way."""
+        return None
+
     def tool_data(self, agent: str) -> dict[str, Any]:
         """What each declared tool gets for ``agent`` this round, by tool name (plain data):
         ``{"lookup": {key: value}}`` is the agent's own lookup table (docs/tools.md)."""

@@ -165,6 +165,12 @@ class KuhnPokerRules(Rules):
             "valid_actions": legal_moves(self.history) if mine else [],
         }
 
+    def legal_actions(self, agent: str) -> dict[str, str] | None:
+        """The mover's legal moves, each its own text; None for the player not to move."""
+        if agent != self.to_move():
+            return None
+        return {move: move for move in legal_moves(self.history)} or None
+
     def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
         """Apply the mover's move; at a fold or showdown, pay out and end the hand."""
         result = RoundResult()

@@ -147,6 +147,21 @@ class SignalRules(Rules):
             "valid_actions": names if self.params.answer_by_name else numbers,
         }
 
+    def legal_actions(self, agent: str) -> dict[str, str] | None:
+        """The listener's answers, each meaning a candidate's name: its number (``"2"``) and,
+        with ``answer_by_name``, the name itself (``"red circle"``). The speaker has none."""
+        if agent != self.listener or not self.candidates:
+            return None
+        names = [" ".join(c) for c in self.candidates]
+        texts = {str(i + 1): name for i, name in enumerate(names)}
+        if self.params.answer_by_name:
+            texts.update({name: name for name in names})
+        return texts
+
+    def picked(self) -> str | None:
+        """The name of the candidate the listener picked (None before a valid pick)."""
+        return None if self.choice is None else " ".join(self.candidates[self.choice])
+
     def _pick(self, raw: str | None) -> int:
         """The candidate index an answer names, or -1: a number, or (answer_by_name) a name."""
         text = (raw or "").lower()

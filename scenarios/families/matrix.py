@@ -177,6 +177,11 @@ class MatrixRules(Rules):
             "best_response": self.best_response(agent, others) if others else None,
         }
 
+    def legal_actions(self, agent: str) -> dict[str, str] | None:
+        """The player's actions, each its own text (they are the same in every stage; only the
+        stage's last round asks for one: :meth:`needs_action`)."""
+        return {action: action for action in self.actions[agent]}
+
     def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
         """In an action round: read each player's action, pay the table's payoffs."""
         if not self.needs_action(self.agents[0], round):
