@@ -164,7 +164,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             emergence.load_state_dict(resume.get("emergence"))
         baselines = _baselines(config, resume)
         league = _league(config, plan, run_dir, resume)
-        if start == 0 and config.warmup.steps > 0:
+        if resume is None and config.warmup.steps > 0:
             from marl.warmup import run_warmup
 
             assert plan is not None
@@ -176,6 +176,12 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 progress=config.logging.progress,
             )
             runtime.sync()
+            if t.checkpoint_every:  # the warmed-up policies: what RL starts from (step 0)
+                save_checkpoint(
+                    run_dir,
+                    0,
+                    {**_checkpoint(config, runtime, 0), "emergence": emergence.state_dict()},
+                )
         counterfactual = is_counterfactual(config.credit.name)
         progress = _progress(start, t.steps, config.logging.progress)
         _evaluate(runtime, config, start, logger, summary)

@@ -159,3 +159,20 @@ def test_cli_train_rejects_impossible_config_without_traceback(tmp_path: Path) -
     assert completed.returncode != 0
     assert "train.group_size" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+def test_a_warmup_is_checkpointed_as_step_0_and_a_resume_from_it_does_not_repeat_it(
+    tmp_path: Path,
+) -> None:
+    warm = {"warmup.steps": 2, "warmup.bot": "rule", "train.checkpoint_every": 1}
+    train(tiny_config(**warm, **{"train.steps": 0}), run_dir=tmp_path / "warm")
+    step0 = tmp_path / "warm" / "checkpoints" / "step_000000"
+    assert (step0 / "state.pt").is_file()
+    initial, _ = load_model(ModelSpec(kind="tiny"))
+    warmed = load_checkpoint(step0)["policies"]["shared"]["weights"]
+    assert any(not torch.equal(p, warmed[n]) for n, p in initial.state_dict().items())
+    straight = train(tiny_config(**warm, **{"train.steps": 1}), run_dir=tmp_path / "straight")
+    resumed = train(
+        tiny_config(**warm, **{"train.steps": 1}, resume=str(step0)), run_dir=tmp_path / "r"
+    )
+    _assert_same_run(straight, resumed)  # the warm-up ran once, before step 0, in both
