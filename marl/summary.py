@@ -5,6 +5,11 @@ the mean of the last ``last`` iterations (:meth:`RunSummary.finals`, also the fi
 the run's TensorBoard HParams session). A success rate gets a 95% Wilson interval over the
 pooled episodes of those iterations; the reward gets a 95% t-interval over the iterations
 (:mod:`marl.stats`). Both describe this one run, not the recipe: that needs seeds.
+
+The held-out evaluations play the same scenarios each time, so the first and the last are also
+compared scenario by scenario: how many got worse, how many got better, and McNemar's exact
+p-value (:func:`marl.evaluation.paired_metrics`), logged as ``eval/paired/*`` at every
+evaluation against the run's first one, and among the finals.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean
 
+from marl.evaluation import GOT_BETTER, GOT_WORSE, MCNEMAR_P, PAIRED, paired_metrics
 from marl.stats import mean_interval, wilson
 
 SUCCESS = "team/success"
@@ -25,6 +31,7 @@ EVAL_EPISODES = "eval/episodes"
 MI_SUFFIX = "/speaker_mi_words"
 RATE_SUFFIX = "/message_rate"
 INFLUENCE_SUFFIX = "/influence_action"
+ENDINGS = (MI_SUFFIX, INFLUENCE_SUFFIX, RATE_SUFFIX)
 
 
 def final_value(tag: str, points: Sequence[tuple[int, float]], last: int = 3) -> float:
@@ -41,19 +48,32 @@ class RunSummary:
         self.episodes = episodes_per_step
         self.last = last
         self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        # each evaluation's per-scenario outcomes: updates done -> scenario seed -> success
+        self.evaluations: dict[int, dict[int, bool]] = {}
 
     def add(self, step: int, metrics: dict[str, float]) -> None:
         """Keep this iteration's headline metrics."""
         for key, value in metrics.items():
             headline = (SUCCESS, REWARD, PARSE_FAILURES, EVAL_SUCCESS, EVAL_REWARD, EVAL_EPISODES)
-            if key in headline or key.endswith((MI_SUFFIX, INFLUENCE_SUFFIX, RATE_SUFFIX)):
+            if key in headline or key in PAIRED or key.endswith(ENDINGS):
                 self.history[key].append((step, float(value)))
+
+    def add_evaluation(self, step: int, successes: dict[int, bool] | None) -> dict[str, float]:
+        """Keep a held-out evaluation's per-scenario outcomes (scenario seed -> success, from
+        :func:`marl.evaluation.evaluation_successes`) and return the paired comparison with this
+        run's first evaluation (``eval/paired/*``: zeros and p = 1 at the first itself), for the
+        caller to log with the evaluation's other metrics. Nothing when ``successes`` is None."""
+        if not successes:
+            return {}
+        self.evaluations[step] = dict(successes)
+        return paired_metrics(next(iter(self.evaluations.values())), successes)
 
     def finals(self) -> dict[str, float]:
         """The final value of every headline metric (team reward, success, parse failures,
-        held-out success and reward; per agent message rate, speaker MI and listener
-        influence), as ``final/<tag>``: the mean of the last ``last`` iterations; for
-        ``eval/*`` (logged only at evaluations) the last evaluation.
+        held-out success and reward, the last evaluation against the first scenario by scenario
+        (``eval/paired/*``: got worse, got better, McNemar p); per agent message rate, speaker
+        MI and listener influence), as ``final/<tag>``: the mean of the last ``last``
+        iterations; for ``eval/*`` (logged only at evaluations) the last evaluation.
         These are the metrics of the run's TensorBoard HParams session (:mod:`marl.hparams`)."""
         return {
             f"final/{key}": final_value(key, points, self.last)
@@ -88,7 +108,13 @@ class RunSummary:
             head += f"[{lo0:.2f}, {hi0:.2f}]"
             if len(self.history[EVAL_SUCCESS]) > 1:
                 head += f" -> after {s1} updates {final:.2f} [{lo1:.2f}, {hi1:.2f}]"
-            out.append(head + " (95% Wilson intervals)")
+            head += " (95% Wilson intervals)"
+            if len(self.history[EVAL_SUCCESS]) > 1 and len(self.history.get(MCNEMAR_P, [])) > 1:
+                p = self.history[MCNEMAR_P][-1][1]
+                worse = int(self.history[GOT_WORSE][-1][1])
+                better = int(self.history[GOT_BETTER][-1][1])
+                head += f"; McNemar exact p = {p:.3g}, {worse} got worse, {better} got better"
+            out.append(head)
         if self.history.get(SUCCESS):
             start, end, k = self._ends(SUCCESS)
             lo0, hi0 = wilson(start * self.episodes, self.episodes)

@@ -324,12 +324,22 @@ def _league_matchup(league: Any, runtime: Runtime, learner: str, step: int, grou
 def _evaluate(
     runtime: Runtime, config: Config, updates_done: int, logger: TensorBoardLogger, summary: Any
 ) -> None:
-    """The held-out evaluation (``train.eval_episodes``), logged at ``updates_done``."""
+    """The held-out evaluation (``train.eval_episodes``), logged at ``updates_done``: its
+    metrics, each scenario's outcome by scenario seed (text ``eval/successes``) and the paired
+    comparison with the run's first evaluation (``eval/paired/*``, McNemar)."""
+    from marl.evaluation import evaluation_successes
+
     if not config.train.eval_episodes:
         return
     began = time.perf_counter()
-    metrics = evaluation_metrics(runtime.evaluate(config.train.eval_episodes, updates_done))
+    rollout = runtime.evaluate(config.train.eval_episodes, updates_done)
+    metrics = evaluation_metrics(rollout)
     metrics["perf/eval_time"] = time.perf_counter() - began
+    successes = evaluation_successes(rollout)
+    if successes is not None:
+        outcomes = {str(seed): int(ok) for seed, ok in successes.items()}
+        logger.text("eval/successes", json.dumps(outcomes), updates_done)
+    metrics.update(summary.add_evaluation(updates_done, successes))
     logger.scalars(metrics, updates_done)
     summary.add(updates_done, metrics)
 

@@ -38,3 +38,50 @@ def test_summary_start_end_and_plot(tmp_path: Path) -> None:
     assert "perf/step_time" not in summary.history
     png = summary.plot(tmp_path / "curves.png")
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_held_out_line_has_mcnemar_on_the_paired_scenarios() -> None:
+    """64 scenarios (seeds 100-163): 37 succeed before; after, 3 of those fail and 26 of the 27
+    failures succeed (37 -> 60). McNemar's exact p: 2 P(Binomial(29, 1/2) <= 3)
+    = 2 (1 + 29 + 406 + 3654) / 2^29 = 8180 / 2^29 = 1.52e-05."""
+    summary = RunSummary(episodes_per_step=16)
+    seeds = range(100, 164)
+    before = {s: s < 137 for s in seeds}
+    after = {s: (103 <= s < 137) or (137 <= s < 163) for s in seeds}
+    assert sum(before.values()) == 37 and sum(after.values()) == 60
+    for step, outcomes in ((0, before), (20, after)):
+        paired = summary.add_evaluation(step, outcomes)
+        rate = sum(outcomes.values()) / 64
+        summary.add(step, {"eval/success": rate, "eval/episodes": 64.0, **paired})
+    assert paired == {
+        "eval/paired/got_worse": 3.0,
+        "eval/paired/got_better": 26.0,
+        "eval/paired/mcnemar_p": pytest.approx(8180 / 2**29, rel=1e-12),
+    }
+    (line,) = summary.lines()
+    assert line == (
+        "held-out success (64 unseen scenarios): after 0 updates 0.58 [0.46, 0.69] -> after 20 "
+        "updates 0.94 [0.85, 0.98] (95% Wilson intervals); McNemar exact p = 1.52e-05, "
+        "3 got worse, 26 got better"
+    )
+    finals = summary.finals()
+    assert finals["final/eval/paired/mcnemar_p"] == pytest.approx(8180 / 2**29, rel=1e-12)
+    assert finals["final/eval/paired/got_worse"] == 3.0
+    assert finals["final/eval/paired/got_better"] == 26.0
+
+
+def test_paired_comparison_uses_the_first_evaluation_and_only_binary_outcomes() -> None:
+    summary = RunSummary(episodes_per_step=4)
+    first = summary.add_evaluation(0, {1: True, 2: False, 3: False})
+    assert first == {
+        "eval/paired/got_worse": 0.0,
+        "eval/paired/got_better": 0.0,
+        "eval/paired/mcnemar_p": 1.0,
+    }
+    summary.add_evaluation(5, {1: False, 2: False, 3: True})
+    # against step 0, not step 5: 1 got worse, 2 and 3 got better; p = 2 P(X <= 1 | n=3) = 1
+    last = summary.add_evaluation(10, {1: False, 2: True, 3: True})
+    assert last["eval/paired/got_worse"] == 1.0 and last["eval/paired/got_better"] == 2.0
+    assert last["eval/paired/mcnemar_p"] == 1.0
+    assert summary.add_evaluation(15, None) == {}  # no success defined: nothing to pair
+    assert sorted(summary.evaluations) == [0, 5, 10]
