@@ -16,6 +16,11 @@ Version history:
   ``candidate 3``, ``3: red circle``), not as any digit in prose: ``ACTION: round 1`` used to
   pick candidate 1, and a trained listener settled on writing exactly that (a pooling
   equilibrium worth chance plus partial credit; docs/communication.md).
+- code-v0 (``signal-code-v0.yaml``, same rules class): ``coded: true`` -- the listener sees the
+  candidates as attribute indices ("colour 3, shape 1") under a mapping drawn from
+  ``code_seed`` and shown to neither agent, while the speaker still sees the target in words.
+  Copying a name cannot succeed: "red" must come to mean "colour 2" by convention (issue 26
+  item 6). v0 and v1 are unchanged (``coded`` defaults to false).
 """
 
 from __future__ import annotations
@@ -57,13 +62,21 @@ class SignalRules(Rules):
         n_colours, n_shapes: size of the attribute vocabulary objects are drawn from.
         partial_credit: reward shared attributes of a wrong pick (for weak models).
         answer_by_name: the listener may answer with the candidate's name ("red circle") as
-            well as its number."""
+            well as its number.
+        coded: the listener sees each candidate as attribute indices ("colour 3, shape 1")
+            instead of words, under a mapping (a permutation of the colour indices and one of
+            the shape indices) that neither agent is shown; it answers by number only. The
+            speaker still sees the target in words, so the pair must agree on a code.
+        code_seed: draws that mapping; the same for every episode of a run (the shipped
+            config sets it to the run seed: configs/scenario/signal_code.yaml)."""
 
         n_candidates: int = 4
         n_colours: int = 4
         n_shapes: int = 4
         partial_credit: bool = False
         answer_by_name: bool = False
+        coded: bool = False
+        code_seed: int = 0
 
     @classmethod
     def check_params(cls, params: dict[str, Any], agents: Sequence[str]) -> list[Problem]:
@@ -81,6 +94,15 @@ class SignalRules(Rules):
                     f"must be between 2 and n_colours*n_shapes ({p.n_colours * p.n_shapes})",
                 )
             )
+        if p.coded and p.answer_by_name:
+            problems.append(
+                Problem(
+                    "answer_by_name",
+                    "cannot be true with coded: the coded listener sees no names to answer with",
+                )
+            )
+        if isinstance(p.code_seed, bool) or not isinstance(p.code_seed, int):
+            problems.append(Problem("code_seed", f"must be a whole number, got {p.code_seed!r}"))
         return problems
 
     def __init__(
@@ -92,6 +114,12 @@ class SignalRules(Rules):
         self.target = 0
         self.choice: int | None = None
         self._answered = False
+        self.code = signal_code(self.params.n_colours, self.params.n_shapes, self.params.code_seed)
+
+    def _coded(self, candidate: tuple[str, str]) -> str:
+        """How the coded listener sees a candidate: ``colour 3, shape 1``."""
+        colour, shape = candidate
+        return f"{self.code[colour]}, {self.code[shape]}"
 
     def reset(self) -> None:
         """Draw distinct candidates and a target among them."""
@@ -115,7 +143,10 @@ class SignalRules(Rules):
         if agent == self.speaker:
             colour, shape = self.candidates[self.target]
             return f"The target is the {colour} {shape}. Tell {self.listener} which one it is."
-        listing = "; ".join(f"{i + 1}: {c} {s}" for i, (c, s) in enumerate(self.candidates))
+        if self.params.coded:
+            listing = "; ".join(f"{i + 1}: {self._coded(c)}" for i, c in enumerate(self.candidates))
+        else:
+            listing = "; ".join(f"{i + 1}: {c} {s}" for i, (c, s) in enumerate(self.candidates))
         return f"Candidates: {listing}. {self.speaker} knows which one is the target."
 
     def private_label(self, agent: str) -> str | None:
@@ -135,17 +166,25 @@ class SignalRules(Rules):
         return 1.0 if self.choice == self.target else 0.0
 
     def agent_info(self, agent: str) -> dict[str, Any]:
-        """Structured facts for scripted bots."""
+        """Structured facts for scripted bots and logs, never rendered into a prompt (an LLM
+        agent's prompt is its system prompt and observation; agents.generation reads an info
+        only for the response head and tools). The coded listener's info holds the candidates'
+        names and the mapping (``code``): the rule bot reads them, so a warm-up must never
+        imitate the rule bot on a coded scenario (it would teach the code)."""
         if agent == self.speaker:
             p = self.params
             objects = [f"{c} {s}" for c in COLOURS[: p.n_colours] for s in SHAPES[: p.n_shapes]]
             return {"target": " ".join(self.candidates[self.target]), "objects": objects}
         names = [" ".join(c) for c in self.candidates]
         numbers = [str(i + 1) for i in range(len(self.candidates))]
-        return {
+        info: dict[str, Any] = {
             "candidates": names,
             "valid_actions": names if self.params.answer_by_name else numbers,
         }
+        if self.params.coded:
+            info["coded_candidates"] = [self._coded(c) for c in self.candidates]
+            info["code"] = dict(self.code)
+        return info
 
     def legal_actions(self, agent: str) -> dict[str, str] | None:
         """The listener's answers, each meaning a candidate's name: its number (``"2"``) and,
@@ -198,15 +237,34 @@ class SignalRules(Rules):
         else:
             score = 0.0
         result.team = score
-        result.public_events.append(
-            f"{self.listener} picked {' '.join(chosen)}; the target was {' '.join(target)}."
-        )
+        if self.params.coded:  # the listener's vocabulary: the episode is over, but no words
+            event = f"{self.listener} picked candidate {pick + 1}; the target was candidate "
+            event += f"{self.target + 1}."
+        else:
+            event = f"{self.listener} picked {' '.join(chosen)}; the target was {' '.join(target)}."
+        result.public_events.append(event)
         return result
+
+
+def signal_code(n_colours: int, n_shapes: int, code_seed: int) -> dict[str, str]:
+    """The coded listener's vocabulary: each colour and shape word -> its attribute index
+    (``"red" -> "colour 2"``), a random permutation of the colour indices and one of the shape
+    indices, drawn from ``code_seed`` alone (the same for every episode of a run)."""
+    rng = random.Random(f"signal-code:{code_seed}")
+    colours = rng.sample(range(1, n_colours + 1), n_colours)
+    shapes = rng.sample(range(1, n_shapes + 1), n_shapes)
+    code = {c: f"colour {k}" for c, k in zip(COLOURS[:n_colours], colours)}
+    code.update({s: f"shape {k}" for s, k in zip(SHAPES[:n_shapes], shapes)})
+    return code
 
 
 @register_bot("signal", "rule")
 def signal_rule_bot(agent: str, observation: str, info: dict[str, Any], rng: random.Random) -> str:
-    """The speaker names the target; the listener picks the candidate the message names."""
+    """The speaker names the target; the listener picks the candidate the message names.
+
+    On a coded scenario the listener reads the candidates' names (hence the code) from its info,
+    which no LLM sees: a reference that always succeeds. Never imitate it in a warm-up on a coded
+    scenario (``warmup.bot: rule``): it would teach the code that RL is meant to find."""
     if "target" in info:
         return f"SAY: {info['target']}\nACTION: wait"
     candidates = info.get("candidates", [])
