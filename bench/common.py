@@ -151,16 +151,28 @@ def interval(values: Sequence[float]) -> tuple[float, float]:
 
 
 def save_experiment(
-    out: Path, args: Any, table: dict, text: str, plot: Callable[[Path], None]
+    out: Path,
+    args: Any,
+    table: dict,
+    text: str,
+    plot: Callable[[Path], None],
+    runs: dict[str, str | None] | None = None,
 ) -> None:
-    """Print the Markdown ``text`` and the load average, and write ``summary.json`` (args, table,
-    load), ``table.md`` and ``curves.png`` (drawn by ``plot``) under ``out``."""
+    """Print the Markdown ``text`` and the load average, and write ``summary.json``, ``table.md``
+    and ``curves.png`` (drawn by ``plot``) under ``out``.
+
+    ``summary.json`` holds ``args`` (the call that wrote it: with ``--table-only`` the
+    tabulating call, whose ``--steps`` and the like need not be the runs'), ``runs`` when given
+    (each tabulated run's ``marl train`` command, :func:`run_commands`), ``table`` and
+    ``load``."""
     load = os.getloadavg()
     print(text)
     print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-    (out / "summary.json").write_text(
-        json.dumps({"args": vars(args), "table": table, "load": load}, indent=2)
-    )
+    payload: dict[str, Any] = {"args": vars(args)}
+    if runs is not None:
+        payload["runs"] = runs
+    payload.update({"table": table, "load": load})
+    (out / "summary.json").write_text(json.dumps(payload, indent=2))
     (out / "table.md").write_text(text + "\n")
     plot(out / "curves.png")
     print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
@@ -182,6 +194,39 @@ def run_marl(args: Sequence[str], threads: int, what: str, log: Path | None = No
         where = f"; log: {log}" if log is not None else ""
         raise SystemExit(f"{what} failed (rc {proc.returncode}){where}")
     return time.time() - began
+
+
+def run_command(run_dir: Path) -> str | None:
+    """The ``marl train`` command that made the run in ``run_dir``, read back from what Hydra
+    wrote there: ``.hydra/hydra.yaml`` (the config name and the ``hydra.*`` overrides, such as
+    ``hydra.run.dir``) and ``.hydra/overrides.yaml`` (the task overrides, in the order given).
+    A path under the repository is written relative to it. None when the run left no record.
+    The thread count (``OMP_NUM_THREADS``) is not a Hydra override and is not in it."""
+    import shlex
+
+    import yaml
+
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    if not hydra_file.exists():
+        return None
+    hydra = yaml.safe_load(hydra_file.read_text())["hydra"]
+    task = list(hydra["overrides"]["task"])
+    own = [o for o in hydra["overrides"]["hydra"] if not o.startswith("hydra.mode=")]
+    root = f"{ROOT}/"
+    own = [o.replace(f"={root}", "=", 1) if f"={root}" in o else o for o in own]
+    words = ["marl", "train", "--config-name", hydra["job"]["config_name"], *task, *own]
+    return shlex.join(words)
+
+
+def run_commands(out: Path, names: Sequence[str], seeds: Sequence[int]) -> dict[str, str | None]:
+    """``{"<name>/seed<seed>": command}`` for every finished run under ``out`` (those
+    :func:`collect_runs` tabulates), each command read back by :func:`run_command`."""
+    return {
+        f"{name}/seed{seed}": run_command(out / name / f"seed{seed}")
+        for seed in seeds
+        for name in names
+        if (out / name / f"seed{seed}" / "wall_s.json").exists()
+    }
 
 
 def finish_run(run_dir: Path, wall_s: float) -> dict:

@@ -19,6 +19,10 @@ held-out success on ``--eval-episodes`` unseen episodes before RL and after it.
         --eval-episodes 4                                            # end-to-end check, ~1 min
     .venv/bin/python bench/tools.py --table-only                     # the table of finished runs
 
+``summary.json`` records this script's own arguments (``args``) and, under ``runs``, the
+``marl train`` command of each run it tabulates, read back from the run's ``.hydra`` directory:
+with ``--table-only`` the two differ (the runs may have used other ``--steps``).
+
 Replies start without a response head (``sampling.response_prefix=false``): a ``SAY:`` head
 would make the clerk write its message before it could look the price up. Each run is a
 subprocess (``marl train``), so a run's memory is freed before the next starts.
@@ -36,6 +40,7 @@ from common import (  # noqa: E402  (bench helpers)
     collect_runs,
     finish_run,
     interval,
+    run_commands,
     run_marl,
     save_experiment,
 )
@@ -196,7 +201,8 @@ def main() -> None:
         out, args.conditions, args.seeds, lambda c, seed: run(c, seed, args, out), args.table_only
     )
     table = summarise(results, args.last)
-    save_experiment(out, args, table, markdown(table), lambda path: plot(results, path))
+    runs = run_commands(out, args.conditions, args.seeds)  # the runs' own commands, not ours
+    save_experiment(out, args, table, markdown(table), lambda path: plot(results, path), runs)
 
 
 if __name__ == "__main__":
