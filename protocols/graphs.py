@@ -10,6 +10,13 @@ and register with ``@register_topology("hubs", params=HubParams)``. The YAML's v
 checked against the dataclass (names and simple types, each problem naming its key such as
 ``graph.params.hubs``) and reach the builder, defaults filled in, as the mapping
 ``spec.params``.
+
+An edge may be **cut** (``graph: {cut: [[speaker, listener]]}``): it stays in the graph, so the
+sender is told it can message the receiver and its prompts and talk turns are what they are
+with the edge, but the router drops whatever travels along it (counted as ``cut_dropped``,
+never delivered). It is the control for "does the listener use the message": the speaker still
+talks, and is still measured, into a channel that nobody hears. A cut edge carries the edge
+attribute ``deliver=False`` (:data:`DELIVER`).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ class Topology:
 
 
 TOPOLOGIES: Registry[str, Topology] = Registry("topology")
+DELIVER = "deliver"  # edge attribute: False on a cut edge (the router drops what it carries)
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,9 @@ class GraphSpec:
     rewire_every:  for ``random``: draw a fresh graph every this many rounds (0 = never).
     params:        the topology's own parameters (``graph.params`` in the YAML), defaults
                    filled in from the dataclass it was registered with.
+    cut:           directed edges ``(sender, receiver)`` that stay in the graph but deliver
+                   nothing (see the module docstring); one direction each, also in an undirected
+                   graph. A cut edge the topology did not build (a ``random`` draw) is no edge.
     """
 
     topology: str = "complete"
@@ -65,6 +76,7 @@ class GraphSpec:
     seed: int | None = None
     rewire_every: int = 0
     params: Mapping[str, Any] = field(default_factory=dict)
+    cut: tuple[tuple[str, str], ...] = ()
 
 
 def register_topology(
@@ -153,13 +165,23 @@ def build_graph(
     """Build the graph in force at ``round`` of an episode seeded ``episode_seed``.
 
     Only ``random`` graphs with ``rewire_every > 0`` change between rounds; every other graph is
-    the same in all rounds.
+    the same in all rounds. The edges of ``spec.cut`` that the topology built are marked
+    ``deliver=False`` (the cut draws nothing from the topology's generator).
     """
     topology = TOPOLOGIES.lookup(spec.topology, key="graph.topology")
     epoch = round // spec.rewire_every if spec.rewire_every > 0 else 0
     base_seed = spec.seed if spec.seed is not None else episode_seed
     rng = random.Random(f"{base_seed}:{epoch}")
-    return topology.build(list(agents), spec, rng)
+    graph = topology.build(list(agents), spec, rng)
+    for u, v in spec.cut:
+        if graph.has_edge(u, v):
+            graph.edges[u, v][DELIVER] = False
+    return graph
+
+
+def delivers(graph: nx.DiGraph, sender: str, receiver: str) -> bool:
+    """Whether the edge ``sender -> receiver`` of ``graph`` delivers (exists and is not cut)."""
+    return graph.has_edge(sender, receiver) and graph.edges[sender, receiver].get(DELIVER, True)
 
 
 def depends_on_seed(spec: GraphSpec) -> bool:

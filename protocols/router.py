@@ -1,4 +1,5 @@
-"""Routing: deliver messages only along graph edges, within budget, through a noisy channel."""
+"""Routing: deliver messages only along graph edges, within budget, through a noisy channel; an
+edge marked cut (:data:`~marl.protocols.graphs.DELIVER` false) delivers nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import networkx as nx
 
+from marl.protocols.graphs import delivers
 from marl.protocols.markup import OutgoingMessage
 from marl.protocols.messages import Message, Violation
 
@@ -49,7 +51,8 @@ class Router:
     def __init__(self, budget: MessageBudget, noise: ChannelNoise | None = None) -> None:
         self.budget = budget
         self.noise = noise or ChannelNoise()
-        self.counts: Counter[str] = Counter()  # "sent", "delivered", violation kinds, "noise_*"
+        # "sent", "delivered", violation kinds, "noise_*", "cut_dropped" (one per receiver)
+        self.counts: Counter[str] = Counter()
         self.edge_counts: Counter[tuple[str, str]] = Counter()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Router:
@@ -75,7 +78,11 @@ class Router:
         round: int,
         rng: random.Random,
     ) -> tuple[list[Message], list[Violation]]:
-        """Deliver ``sender``'s messages for ``round`` along ``graph``."""
+        """Deliver ``sender``'s messages for ``round`` along ``graph``.
+
+        A cut edge is a neighbour like any other (no violation, no notice: the sender is not
+        told), and its delivery is dropped last, after the channel noise has drawn for it, so
+        that the channel's random stream is the one it would be with the edge."""
         delivered: list[Message] = []
         violations: list[Violation] = []
         neighbours = sorted(graph.successors(sender)) if sender in graph else []
@@ -138,6 +145,12 @@ class Router:
             if not receivers:
                 continue
             text = self._corrupt(text, rng)
+            cut = [r for r in receivers if not delivers(graph, sender, r)]
+            if cut:
+                self.counts["cut_dropped"] += len(cut)
+                receivers = [r for r in receivers if r not in cut]
+                if not receivers:
+                    continue
             delivered.append(Message(sender, tuple(receivers), round, text))
             for receiver in receivers:
                 self.counts["delivered"] += 1

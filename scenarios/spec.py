@@ -47,7 +47,17 @@ TOP_LEVEL_KEYS = {
     "rules_module",
     "tools",
 }
-GRAPH_KEYS = {"topology", "directed", "edges", "center", "p", "seed", "rewire_every", "params"}
+GRAPH_KEYS = {
+    "topology",
+    "directed",
+    "edges",
+    "center",
+    "p",
+    "seed",
+    "rewire_every",
+    "params",
+    "cut",
+}
 MESSAGE_KEYS = {"max_chars", "max_per_round", "noise"}
 NOISE_KEYS = {"drop", "corrupt"}
 EPISODE_KEYS = {"rounds", "lenient_actions"}
@@ -461,6 +471,19 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
                 problems.append(Problem(f"graph.edges[{i}]", f"unknown agent {short(end)}"))
         if edge[0] == edge[1]:
             problems.append(Problem(f"graph.edges[{i}]", "an edge may not loop to itself"))
+    cut = graph.get("cut", [])
+    if not isinstance(cut, list):
+        problems.append(Problem("graph.cut", "must be a list of [sender, receiver] pairs"))
+        cut = []
+    for i, edge in enumerate(cut):
+        if not (isinstance(edge, (list, tuple)) and len(edge) == 2):
+            problems.append(Problem(f"graph.cut[{i}]", "must be a [sender, receiver] pair"))
+            continue
+        for end in edge:
+            if not isinstance(end, str) or end not in known_agents:
+                problems.append(Problem(f"graph.cut[{i}]", f"unknown agent {short(end)}"))
+        if edge[0] == edge[1]:
+            problems.append(Problem(f"graph.cut[{i}]", "an edge may not loop to itself"))
 
     messages = _check_section(data, "messages", problems)
     problems += _unknown_keys(messages, MESSAGE_KEYS, "messages.")
@@ -760,6 +783,7 @@ def spec_from_dict(data: Mapping, source: str = "") -> ScenarioSpec:
             seed=graph.get("seed"),
             rewire_every=graph.get("rewire_every", 0),
             params=topology_params(topology, graph.get("params")),
+            cut=tuple((str(u), str(v)) for u, v in graph.get("cut") or []),
         ),
         budget=MessageBudget(**messages),
         noise=ChannelNoise(**{k: float(v) for k, v in noise.items()}),

@@ -133,6 +133,26 @@ def test_corruption_is_deterministic_per_seed_and_keeps_the_length() -> None:
     assert flipped > len(text) // 2 and run(5, 1.0).isalpha()
 
 
+def test_a_cut_edge_stays_a_neighbour_but_delivers_nothing() -> None:
+    """``graph.cut``: b is still told it can message a and c (no violation, no notice), what it
+    sends to a is dropped and counted ``cut_dropped``, and the channel's random stream is the
+    one the uncut graph gives (the cut is applied after the noise has drawn)."""
+    cut = build_graph(ABCD, GraphSpec(topology="line", cut=(("b", "a"), ("a", "d"))))
+    assert set(cut.edges()) == set(LINE.edges())  # a cut of an edge that is not there: nothing
+    assert cut.edges["b", "a"]["deliver"] is False and "deliver" not in cut.edges["a", "b"]
+    router = Router(MessageBudget(max_per_round=3))
+    delivered, violations = route(router, "b", out("x"), out("y", "a"), graph=cut)
+    assert violations == [] and [m.receivers for m in delivered] == [("c",)]
+    assert router.counts["cut_dropped"] == 2 and router.counts["delivered"] == 1
+    assert router.counts["sent"] == 2 and dict(router.edge_counts) == {("b", "c"): 1}
+    noise = ChannelNoise(drop=0.3, corrupt=0.2)
+    for seed in range(20):
+        rng_cut, rng_full = random.Random(seed), random.Random(seed)
+        Router(MessageBudget(), noise).route(cut, "b", [out("hello there")], 0, rng_cut)
+        Router(MessageBudget(), noise).route(LINE, "b", [out("hello there")], 0, rng_full)
+        assert rng_cut.random() == rng_full.random()
+
+
 def test_per_edge_counters_accumulate() -> None:
     router = Router(MessageBudget(max_per_round=3))
     route(router, "b", out("x"), out("y", "c"))

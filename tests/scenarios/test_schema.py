@@ -80,8 +80,8 @@ BROKEN = [
     (
         broken(graph__colour="red"),
         [
-            "graph.colour: unknown key (allowed: center, directed, edges, p, params, rewire_every, "
-            "seed, topology)"
+            "graph.colour: unknown key (allowed: center, cut, directed, edges, p, params, "
+            "rewire_every, seed, topology)"
         ],
     ),
     (broken(name=None), ["name: required, a non-empty string such as 'signal-v0'"]),
@@ -126,6 +126,18 @@ BROKEN = [
         ],
     ),
     (broken(graph__edges={"alice": "bob"}), ["graph.edges: must be a list of [from, to] pairs"]),
+    (
+        broken(graph__cut=[["alice", "zed"], ["bob", "bob"], ["carol"]]),
+        [
+            "graph.cut[0]: unknown agent 'zed'",
+            "graph.cut[1]: an edge may not loop to itself",
+            "graph.cut[2]: must be a [sender, receiver] pair",
+        ],
+    ),
+    (
+        broken(graph__cut={"alice": "bob"}),
+        ["graph.cut: must be a list of [sender, receiver] pairs"],
+    ),
     (broken(messages__max_chars=0), ["messages.max_chars: must be an integer >= 1"]),
     (broken(messages__max_per_round=1.5), ["messages.max_per_round: must be an integer >= 1"]),
     (
