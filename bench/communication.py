@@ -36,7 +36,7 @@ from marl.stats import wilson  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SUCCESS = "team/success"
-MI = "emergence/speaker/speaker_mi_words"
+MI = "emergence/speaker/speaker_mi_content"
 INFLUENCE = "emergence/edges/speaker->listener/influence_action"
 LISTENER_OK = "agents/listener/parse_failure_rate"
 NO_EDGE = "+scenario.overrides={graph: {topology: random, p: 0.0}}"

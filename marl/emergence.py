@@ -11,12 +11,14 @@ formulas, estimators and references are in ``docs/emergence.md``; in short:
 - ``vocab_messages`` / ``vocab_words``: distinct normalised messages / words; ``entropy``: the
   plug-in entropy (bits) of the normalised-message distribution.
 - ``speaker_mi``: positive signalling (Lowe et al. 2019), I(M; S) in bits between the speaker's
-  private label S (:meth:`Rules.private_label`) and its message M in each talk turn (silence is a
-  message), bias-corrected by subtracting the mean MI of label-permuted copies;
-  ``speaker_mi_plugin`` is the uncorrected plug-in value, ``speaker_mi_norm`` the corrected
+  private label S (:meth:`Rules.private_label`) and the message M it *sent* in each talk turn
+  (as parsed from its reply, delivered or not; silence is a message), bias-corrected by
+  subtracting the mean MI of label-permuted copies; ``speaker_mi_plugin`` is the uncorrected
+  plug-in value, ``speaker_mi_p`` its permutation p-value, ``speaker_mi_norm`` the corrected
   value over what a speaker that names its label every time would get on the same labels, and
-  ``speaker_mi_words`` the same corrected MI between S and each word of the message (for free
-  text, whose messages are rarely repeated word for word).
+  ``speaker_mi_content`` the same corrected MI between S and the *set* of content words of the
+  message (:data:`STOP_WORDS` removed: free text, whose messages are rarely repeated word for
+  word, and a namer that pads its messages keep their information there).
 - ``influence_action`` / ``influence_return``: positive listening / causal influence (Jaques et
   al. 2019), from counterfactual re-simulation (:class:`~marl.credit.Resimulator`) with the
   speaker's messages replaced by a null message. ``influence_action`` is half the squared L2
@@ -64,8 +66,10 @@ __all__ = [
     "INFLUENCE_METRICS",
     "Effects",
     "EmergenceEpisode",
+    "STOP_WORDS",
     "EmergenceTracker",
     "TalkTurn",
+    "content_words",
     "corrected_mutual_information",
     "aggregate_influence",
     "edge_key",
@@ -79,6 +83,7 @@ __all__ = [
     "message_metrics",
     "mutual_information_bits",
     "normalise",
+    "permutation_mutual_information",
     "speaker_consistency",
     "talk_turns",
     "tracker_for",
@@ -95,7 +100,23 @@ MESSAGE_METRICS = (
     "vocab_words",
     "entropy",
 )
-CONSISTENCY_METRICS = ("speaker_mi", "speaker_mi_plugin", "speaker_mi_norm", "speaker_mi_words")
+CONSISTENCY_METRICS = (
+    "speaker_mi",
+    "speaker_mi_plugin",
+    "speaker_mi_p",
+    "speaker_mi_norm",
+    "speaker_mi_content",
+)
+# the value of a metric without data, where 0 would mislead (a p-value of 0 is "significant")
+EMPTY_VALUE = {"speaker_mi_p": 1.0}
+STOP_WORDS = frozenset(
+    """a an the this that these those it its is are was be i you we my your our me us
+    to of in on at for with and or but so which one please target object""".split()
+)
+"""Words that ``speaker_mi_content`` drops: articles, pronouns, copulas, prepositions,
+conjunctions and the politeness and task words a speaker pads a name with ("the target is the
+red one, please"). Kept short on purpose: a word that can name something (a colour, a
+shape, a number, "left") must never be here. Fixed, so runs stay comparable."""
 INFLUENCE_METRICS = ("influence_action", "influence_return")
 PREFIX = "emergence/"
 
@@ -103,11 +124,15 @@ PREFIX = "emergence/"
 # --- plain data -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TalkTurn:
-    """One round in which ``agent`` could talk, and what it delivered.
+    """One round in which ``agent`` could talk, what it sent and what was delivered.
 
-    neighbours: whom it could message this round (its out-edges).
-    messages:   every message delivered, as ``(text, receivers)``; empty = silence.
+    neighbours: whom it could message this round (its out-edges, cut edges included).
+    messages:   every message delivered, as ``(text, receivers)``; empty = nothing arrived.
     label:      the agent's private label (:meth:`Rules.private_label`), or None.
+    sent:       every message it sent, as parsed from its reply (before the router's budget,
+                noise and cut edges), as ``(text, receivers)`` with the receivers it addressed
+                (all its neighbours for a plain ``SAY:``); empty = silence. The message
+                statistics read ``messages``, the speaker consistency reads ``sent``.
     """
 
     episode: int
@@ -116,10 +141,15 @@ class TalkTurn:
     neighbours: tuple[str, ...]
     messages: tuple[tuple[str, tuple[str, ...]], ...]
     label: str | None = None
+    sent: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def texts_to(self, receiver: str | None = None) -> list[str]:
         """The texts delivered this turn (to ``receiver`` only, when given)."""
         return [t for t, to in self.messages if receiver is None or receiver in to]
+
+    def texts_sent(self, receiver: str | None = None) -> list[str]:
+        """The texts sent this turn (addressed to ``receiver`` only, when given)."""
+        return [t for t, to in self.sent if receiver is None or receiver in to]
 
 
 def edge_key(sender: str, receiver: str) -> str:
@@ -130,6 +160,16 @@ def edge_key(sender: str, receiver: str) -> str:
 def normalise(text: str) -> str:
     """A message as a vocabulary item: lower case, punctuation dropped, single spaces."""
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def content_words(texts: Iterable[str]) -> frozenset[str]:
+    """The content of a turn's messages: the set of their normalised words minus
+    :data:`STOP_WORDS` (order and repeats do not count). Silence (no text at all) is
+    ``{SILENCE}``, told apart from a message of stop words only (the empty set)."""
+    texts = list(texts)
+    if not texts:
+        return frozenset((SILENCE,))
+    return frozenset(w for t in texts for w in normalise(t).split() if w not in STOP_WORDS)
 
 
 def _round_graphs(env: Any) -> list[Any]:
@@ -149,7 +189,9 @@ def talk_turns(env: Any, episode: int = 0) -> list[TalkTurn]:
 
     A turn is a talk turn when the rules let the agent talk that round (``can_talk``, which is
     asked after the episode, so it must depend on the round only, as in every built-in
-    scenario) and the graph of that round gives it at least one out-neighbour.
+    scenario) and the graph of that round gives it at least one out-neighbour (a cut edge
+    counts: the agent is told it can message along it). What it sent is its reply's SAY lines,
+    parsed again from the logged completion as the environment parsed them.
     """
     rules = env.rules
     graphs = _round_graphs(env)
@@ -161,7 +203,9 @@ def talk_turns(env: Any, episode: int = 0) -> list[TalkTurn]:
             continue
         label = rules.private_label(turn.agent)
         messages = tuple((m.text, tuple(m.receivers)) for m in turn.delivered)
-        out.append(TalkTurn(episode, turn.round, turn.agent, neighbours, messages, label))
+        said = parse_completion(turn.completion, require_action=False).messages
+        sent = tuple((m.text, neighbours if m.to is None else m.to) for m in said)
+        out.append(TalkTurn(episode, turn.round, turn.agent, neighbours, messages, label, sent))
     return out
 
 
@@ -241,38 +285,37 @@ def mutual_information_bits(pairs: Sequence[tuple[Hashable, Hashable]]) -> float
     )
 
 
-def corrected_mutual_information(
-    pairs: Sequence[tuple[Hashable, Any]],
-    permutations: int = 20,
-    seed: int = 0,
-    *,
-    bag: bool = False,
-) -> tuple[float, float]:
-    """``(corrected, plugin)`` MI in bits; corrected = plugin - mean plugin MI of
+def permutation_mutual_information(
+    pairs: Sequence[tuple[Hashable, Hashable]], permutations: int = 20, seed: int = 0
+) -> tuple[float, float, float]:
+    """``(corrected, plugin, p)``: the plug-in MI in bits, the MI corrected by the mean MI of
     ``permutations`` copies with the x's shuffled (the MI that chance alone gives at this
-    sample size and these marginals). About 0 when X and Y are independent; it may dip below 0.
-
-    ``bag=True``: each y is a collection (the words of a message) and every (x, item) counts as
-    one sample; the shuffle still moves whole (x, collection) pairs, so the null keeps the
-    items of one y together.
+    sample size and these marginals), and the permutation p-value of the plug-in MI,
+    ``(1 + #{null MI >= plugin}) / (1 + permutations)`` (Phipson & Smyth 2010: never 0, and
+    exact for a test at that level). Corrected is about 0 when X and Y are independent and may
+    dip below 0. Without permutations or with fewer than 2 samples: ``(plugin, plugin, 1)``.
     """
-
-    def mi(xs: Sequence[Hashable]) -> float:
-        if not bag:
-            return mutual_information_bits(list(zip(xs, ys)))
-        return mutual_information_bits([(x, item) for x, y in zip(xs, ys) for item in y])
-
     xs = [x for x, _ in pairs]
     ys = [y for _, y in pairs]
-    plugin = mi(xs)
+    plugin = mutual_information_bits(list(zip(xs, ys)))
     if permutations <= 0 or len(pairs) < 2:
-        return plugin, plugin
+        return plugin, plugin, 1.0
     rng = random.Random(seed)
     null = []
     for _ in range(permutations):
         rng.shuffle(xs)
-        null.append(mi(xs))
-    return plugin - fmean(null), plugin
+        null.append(mutual_information_bits(list(zip(xs, ys))))
+    # a shuffle that keeps the joint histogram gives the same MI up to rounding: a tie counts
+    exceed = sum(m >= plugin - 1e-12 for m in null)
+    return plugin - fmean(null), plugin, (1 + exceed) / (1 + permutations)
+
+
+def corrected_mutual_information(
+    pairs: Sequence[tuple[Hashable, Hashable]], permutations: int = 20, seed: int = 0
+) -> tuple[float, float]:
+    """``(corrected, plugin)`` of :func:`permutation_mutual_information`."""
+    corrected, plugin, _ = permutation_mutual_information(pairs, permutations, seed)
+    return corrected, plugin
 
 
 def js_divergence_bits(p: Mapping[Hashable, float], q: Mapping[Hashable, float]) -> float:
@@ -322,33 +365,40 @@ def speaker_consistency(
     turns: Sequence[TalkTurn], permutations: int = 20, seed: int = 0
 ) -> dict[str, float]:
     """Positive signalling: I(M; S) per agent and per edge, over the talk turns of agents with a
-    private label. M is the turn's normalised messages (to that receiver, for an edge), joined;
-    ``SILENCE`` when nothing was sent. Also the plug-in value, the corrected value normalised
-    by its ceiling (the corrected MI of the labels with themselves: a speaker whose message
-    always names its label scores 1), and ``speaker_mi_words``: the corrected I(W; S) between
-    the label and each distinct word of the turn (free text that is never repeated word for
-    word still shows its information there). Keys without labelled turns get zeros."""
+    private label, from what each turn *sent* (:attr:`TalkTurn.sent`: a message into a cut edge
+    counts). M is the turn's normalised messages (addressed to that receiver, for an edge),
+    joined; ``SILENCE`` when nothing was sent. Per key:
+
+    - ``speaker_mi``, ``speaker_mi_plugin``, ``speaker_mi_p``: the corrected and plug-in MI and
+      the permutation p-value (:func:`permutation_mutual_information`);
+    - ``speaker_mi_norm``: the corrected value over its ceiling, the corrected MI of the labels
+      with themselves (a speaker whose message always names its label scores 1);
+    - ``speaker_mi_content``: the corrected I(C; S) with C the turn's :func:`content_words`, a
+      set, so that filler, word order and repeats change nothing: a perfect namer scores the
+      same at any message length.
+
+    Keys without labelled turns get zeros (and p = 1)."""
     samples: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    bags: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
+    contents: dict[str, list[tuple[str, frozenset[str]]]] = defaultdict(list)
     for key, turn, receiver in _keys(turns):
         samples.setdefault(key, [])
-        bags.setdefault(key, [])
+        contents.setdefault(key, [])
         if turn.label is None:
             continue
-        norm = [normalise(t) for t in turn.texts_to(receiver)]
-        samples[key].append((turn.label, " | ".join(norm) or SILENCE))
-        words = sorted({w for n in norm for w in n.split()})
-        bags[key].append((turn.label, tuple(words) or (SILENCE,)))
+        texts = turn.texts_sent(receiver)
+        samples[key].append((turn.label, " | ".join(normalise(t) for t in texts) or SILENCE))
+        contents[key].append((turn.label, content_words(texts)))
     out: dict[str, float] = {}
     for key, pairs in sorted(samples.items()):  # one seed for all: equal data, equal values
-        out[f"{key}/speaker_mi_words"], _ = corrected_mutual_information(
-            bags[key], permutations, seed, bag=True
+        out[f"{key}/speaker_mi_content"], _ = corrected_mutual_information(
+            contents[key], permutations, seed
         )
-        corrected, plugin = corrected_mutual_information(pairs, permutations, seed)
+        corrected, plugin, p = permutation_mutual_information(pairs, permutations, seed)
         # what a speaker whose every message names its label would score on these labels
         ceiling, _ = corrected_mutual_information([(s, s) for s, _ in pairs], permutations, seed)
         out[f"{key}/speaker_mi"] = corrected
         out[f"{key}/speaker_mi_plugin"] = plugin
+        out[f"{key}/speaker_mi_p"] = p
         out[f"{key}/speaker_mi_norm"] = corrected / ceiling if ceiling > 1e-12 else 0.0
     return out
 
@@ -619,7 +669,7 @@ def _measure(
     measured = generate is not None or effects is not None
     metrics += list(INFLUENCE_METRICS) if measured else []
     scalars = {
-        f"{PREFIX}{key}/{name}": float(values.get(f"{key}/{name}", 0.0))
+        f"{PREFIX}{key}/{name}": float(values.get(f"{key}/{name}", EMPTY_VALUE.get(name, 0.0)))
         for key in sorted(_all_keys(episodes))
         for name in metrics
     }

@@ -252,7 +252,7 @@ def _write_finals_csv(rows: Sequence[dict[str, object]], path: Path) -> Path:
 EMERGENCE_HEADLINE = (
     "message_rate",
     "speaker_mi",
-    "speaker_mi_words",
+    "speaker_mi_content",
     "influence_action",
     "influence_return",
     "drift",

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from statistics import fmean
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -18,8 +19,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from marl.config import ConfigError, load_config
 from marl.credit.responders import bot_generate
 from marl.emergence import (
+    STOP_WORDS,
     EmergenceTracker,
     TalkTurn,
+    content_words,
     corrected_mutual_information,
     discrete_energy,
     emergence_metrics,
@@ -28,6 +31,7 @@ from marl.emergence import (
     message_metrics,
     mutual_information_bits,
     normalise,
+    permutation_mutual_information,
     speaker_consistency,
     talk_turns,
     vocabulary_drift,
@@ -38,6 +42,7 @@ from marl.scenarios.registry import make
 
 SMALL = {"params": {"n_colours": 2, "n_shapes": 2, "n_candidates": 4}}  # 4 possible targets
 NO_EDGE = {"graph": {"topology": "random", "p": 0.0}}  # the speaker reaches nobody
+CUT = {"graph": {"cut": [["speaker", "listener"]]}}  # the edge is there, nothing crosses it
 
 
 def played(bot: str, episodes: int, **overrides: object) -> list:
@@ -86,13 +91,75 @@ def test_permutation_correction_removes_the_small_sample_bias() -> None:
     assert corrected == pytest.approx(plugin, abs=0.05)
 
 
-def test_bag_of_words_mutual_information() -> None:
-    # the label is always one of the two words; the filler word carries nothing
-    pairs = [(s, ("the", s)) for s in "abcd"] * 50
-    corrected, plugin = corrected_mutual_information(pairs, permutations=20, seed=0, bag=True)
-    # I(S; W) = H(W) - H(W|S) = (1 + 2/2) - 1 = 1 bit over the (label, word) samples
-    assert plugin == pytest.approx(1.0)
-    assert corrected == pytest.approx(1.0, abs=0.05)
+def test_permutation_p_value() -> None:
+    """(1 + #{null >= observed}) / (1 + permutations): a copy of a 4-valued label beats every
+    shuffle (p = 1/21), an independent pair does not look significant."""
+    copy = [(s, f"w{s}") for s in "abcd"] * 4
+    corrected, plugin, p = permutation_mutual_information(copy, permutations=20, seed=0)
+    assert plugin == pytest.approx(2.0) and p == pytest.approx(1 / 21)
+    assert (corrected, plugin) == corrected_mutual_information(copy, permutations=20, seed=0)
+    rng = random.Random(3)
+    independent = [(rng.randrange(4), rng.randrange(4)) for _ in range(64)]
+    _, _, p = permutation_mutual_information(independent, permutations=200, seed=1)
+    assert p > 0.2
+    assert permutation_mutual_information(copy[:1], permutations=20)[2] == 1.0
+
+
+def namer_turns(filler: int, kind: str, repeats: int = 4) -> list[TalkTurn]:
+    """A perfect namer (4 labels x ``repeats``): each message names its label, padded with
+    ``filler`` words: ``stop`` = stop words drawn at random per message, ``constant`` = the
+    same non-stop phrase every time."""
+    rng = random.Random(filler)
+    stops = sorted(STOP_WORDS)
+    turns = []
+    for i, label in enumerate(["red circle", "red square", "blue circle", "blue square"] * repeats):
+        if kind == "stop":
+            pad = [rng.choice(stops) for _ in range(filler)]
+        else:
+            pad = [f"hello{j}" for j in range(filler)]
+        words = pad[: filler // 2] + label.split() + pad[filler // 2 :]
+        turns.append(turn("speaker", i, [" ".join(words)], label=label))
+    return turns
+
+
+@pytest.mark.parametrize("kind", ["stop", "constant"])
+def test_a_perfect_namer_scores_the_same_at_any_message_length(kind: str) -> None:
+    """speaker_mi_content does not dilute with message length (speaker_mi_words went 1.49,
+    0.75, 0.50, 0.30 bits with 0, 2, 4, 8 filler words on these 16 turns)."""
+    plain = speaker_consistency(namer_turns(0, kind), permutations=20, seed=0)
+    assert plain["speaker/speaker_mi_content"] == pytest.approx(plain["speaker/speaker_mi"])
+    assert plain["speaker/speaker_mi_content"] > 1.0
+    assert plain["speaker/speaker_mi_p"] == pytest.approx(1 / 21)
+    for filler in (2, 4, 8):
+        padded = speaker_consistency(namer_turns(filler, kind), permutations=20, seed=0)
+        got = padded["speaker/speaker_mi_content"]
+        assert got == pytest.approx(plain["speaker/speaker_mi_content"], abs=1e-9), filler
+        if kind == "constant":  # the whole message is a relabelling of the label: unchanged
+            assert padded["speaker/speaker_mi"] == pytest.approx(plain["speaker/speaker_mi"])
+            assert padded["speaker/speaker_mi_p"] == pytest.approx(1 / 21)
+        else:  # every padded message is new: the message-level MI sees nothing, shuffled or not
+            assert padded["speaker/speaker_mi"] == pytest.approx(0.0)
+            assert padded["speaker/speaker_mi_p"] == 1.0
+
+
+def test_content_words() -> None:
+    assert content_words(["The target is the RED circle!", "red, please"]) == {"red", "circle"}
+    assert content_words(["it is the one"]) == frozenset()
+    assert content_words([]) == {"<silence>"}  # silence is told apart from stop words only
+    assert not {"red", "blue", "circle", "square", "left", "1", "one2"} & STOP_WORDS
+
+
+def test_a_speaker_independent_of_its_label_scores_about_zero() -> None:
+    rng = random.Random(0)
+    labels = ["red circle", "red square", "blue circle", "blue square"]
+    turns = [
+        turn("u", i, [f"the {rng.choice(labels)}"], label=rng.choice(labels)) for i in range(200)
+    ]
+    m = speaker_consistency(turns, permutations=100, seed=0)
+    for key in ("u", "edges/u->v"):
+        assert abs(m[f"{key}/speaker_mi"]) < 0.05
+        assert abs(m[f"{key}/speaker_mi_content"]) < 0.05
+        assert m[f"{key}/speaker_mi_p"] > 0.1
 
 
 def test_js_divergence_bits() -> None:
@@ -125,7 +192,9 @@ def test_discrete_energy_is_unbiased_for_half_the_squared_distance() -> None:
 
 
 def turn(agent: str, rnd: int, texts: list[str], label: str | None = None, to=("v",)) -> TalkTurn:
-    return TalkTurn(0, rnd, agent, tuple(to), tuple((t, tuple(to)) for t in texts), label)
+    """A talk turn in which everything sent was delivered."""
+    messages = tuple((t, tuple(to)) for t in texts)
+    return TalkTurn(0, rnd, agent, tuple(to), messages, label, messages)
 
 
 def test_message_metrics_per_agent_and_per_edge() -> None:
@@ -185,7 +254,9 @@ def test_rule_bots_signal_the_target_and_are_heard() -> None:
     assert m[f"{speaker}/speaker_mi"] == pytest.approx(2.0, abs=0.1)
     assert m[f"{speaker}/speaker_mi"] <= labels_entropy
     assert m[f"{speaker}/speaker_mi_norm"] == pytest.approx(1.0)
-    assert m[f"{speaker}/speaker_mi_words"] > 0.8  # each word gives colour or shape: 1 bit
+    # the content words {colour, shape} name the target as the message does
+    assert m[f"{speaker}/speaker_mi_content"] == pytest.approx(m[f"{speaker}/speaker_mi"])
+    assert m[f"{speaker}/speaker_mi_p"] == pytest.approx(1 / 21)
     assert m[f"{edge}/speaker_mi"] == pytest.approx(m[f"{speaker}/speaker_mi"], abs=0.05)
     assert m[f"{speaker}/message_rate"] == 1.0 and m[f"{edge}/message_rate"] == 1.0
     assert m[f"{speaker}/vocab_messages"] == 4 and m[f"{speaker}/length_words"] == 2.0
@@ -211,7 +282,8 @@ def test_random_bots_carry_no_information_and_have_no_influence() -> None:
     for key in ("emergence/speaker", "emergence/edges/speaker->listener"):
         assert m[f"{key}/speaker_mi_plugin"] > 0.3  # the raw estimate is biased upward
         assert abs(m[f"{key}/speaker_mi"]) < 0.1
-        assert abs(m[f"{key}/speaker_mi_words"]) < 0.1
+        assert abs(m[f"{key}/speaker_mi_content"]) < 0.1
+        assert m[f"{key}/speaker_mi_p"] > 0.05
         assert abs(m[f"{key}/influence_action"]) < 0.1
         assert abs(m[f"{key}/influence_return"]) < 0.1
     assert 0.5 < m["emergence/speaker/message_rate"] < 0.9  # the random bot talks 70% of turns
@@ -225,6 +297,71 @@ def test_without_the_edge_nothing_is_heard() -> None:
     assert all(
         t.agent != "speaker" for env in played("rule", 3, **NO_EDGE) for t in talk_turns(env)
     )
+    assert m["emergence/speaker/speaker_mi_p"] == 1.0  # no data: no evidence
+
+
+def test_a_cut_edge_keeps_the_speaker_talking_and_measured_but_nobody_hears() -> None:
+    """signal-v1 with ``graph.cut``: the speaker is told it can message the listener and
+    names the target as with the edge, the router drops it, the listener (rule bot) guesses
+    among 4 candidates: success about 1/4, speaker_mi as high as with the edge."""
+    with_edge = [played_v1(i) for i in range(120)]
+    cut = [played_v1(i, **CUT) for i in range(120)]
+    for a, b in zip(with_edge[:5], cut[:5]):
+        fresh_a, fresh_b = make("signal-v1"), make("signal-v1", **CUT)
+        assert fresh_a.reset(seed=a.episode_seed) == fresh_b.reset(seed=b.episode_seed)
+        assert fresh_a.system_prompt("speaker") == fresh_b.system_prompt("speaker")
+        assert [t.completion for t in a.log if t.agent == "speaker"] == [
+            t.completion for t in b.log if t.agent == "speaker"
+        ]
+    assert all(not t.delivered for env in cut for t in env.log)
+    assert all(env.router.counts["cut_dropped"] == 1 for env in cut)
+    assert all(env.router.counts["delivered"] == 0 for env in cut)
+    talk = [t for env in cut for t in talk_turns(env) if t.agent == "speaker"]
+    assert len(talk) == 120 and all(t.sent and not t.messages for t in talk)
+    assert [t.sent[0][1] for t in talk[:1]] == [("listener",)]
+    success = [fmean(env.rules.success() for env in envs) for envs in (with_edge, cut)]
+    assert success[0] == 1.0 and 0.12 < success[1] < 0.4
+    m_edge, m_cut = emergence_metrics(with_edge), emergence_metrics(cut)
+    for key in ("emergence/speaker", "emergence/edges/speaker->listener"):
+        assert m_cut[f"{key}/speaker_mi"] == pytest.approx(m_edge[f"{key}/speaker_mi"])
+        assert m_cut[f"{key}/speaker_mi"] > 2.0  # 16 possible targets, 120 turns
+        assert m_cut[f"{key}/speaker_mi_norm"] == pytest.approx(1.0)
+        assert m_cut[f"{key}/speaker_mi_p"] == pytest.approx(1 / 21)
+        assert m_cut[f"{key}/message_rate"] == 0.0  # delivered: none
+    assert m_edge["emergence/speaker/message_rate"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+scenario.overrides={graph: {cut: [[speaker, listener]]}}",
+        "+scenario.overrides.graph.cut=[[speaker, listener]]",
+    ],
+)
+def test_the_cut_is_a_command_line_override(override: str) -> None:
+    """``marl train --config-name demo '<override>'`` cuts the edge of signal-v1; an unknown
+    agent is a problem naming ``graph.cut``."""
+    from hydra import compose, initialize_config_module
+
+    from marl.cli import _register_scenario_options
+    from marl.scenarios.spec import ScenarioError
+
+    _register_scenario_options()
+    with initialize_config_module(config_module="marl.configs", version_base=None):
+        config = load_config(compose(config_name="demo", overrides=[override]))
+        bad = load_config(compose(config_name="demo", overrides=[override.replace("er]", "x]")]))
+    env = make(config.scenario.name, **config.scenario.overrides)
+    assert env.spec.name == "signal-v1" and env.spec.graph.cut == (("speaker", "listener"),)
+    assert env.spec.graph.edges == (("speaker", "listener"),)  # the edge itself stays
+    with pytest.raises(ScenarioError, match=r"graph\.cut\[0\]: unknown agent 'listenx'"):
+        make(bad.scenario.name, **bad.scenario.overrides)
+
+
+def played_v1(i: int, **overrides: object):
+    """One finished signal-v1 episode played by the rule bots."""
+    env = make("signal-v1", **overrides)
+    play_bot_episode(env, "rule", seed=20_000 + i, rng=random.Random(i))
+    return env
 
 
 def test_llm_path_regenerates_the_listener_with_the_model() -> None:

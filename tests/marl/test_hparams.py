@@ -140,7 +140,7 @@ def test_a_run_logs_its_overrides_and_final_metrics_as_an_hparams_session(
     assert math.isclose(finals["final/team/reward"], sum(curve) / 3, rel_tol=1e-6)
     assert math.isclose(curve[-1], last["team/reward"], rel_tol=1e-6)
     assert {
-        "final/emergence/ann/speaker_mi_words",
+        "final/emergence/ann/speaker_mi_content",
         "final/emergence/ann/message_rate",
         "final/emergence/ann/influence_action",
     } <= set(finals)

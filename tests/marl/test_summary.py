@@ -26,7 +26,7 @@ def test_summary_start_end_and_plot(tmp_path: Path) -> None:
             {
                 "team/success": value,
                 "team/reward": value,
-                "emergence/speaker/speaker_mi_words": value * 2,
+                "emergence/speaker/speaker_mi_content": value * 2,
                 "emergence/edges/speaker->listener/influence_action": value / 2,
                 "perf/step_time": 3.0,  # not a headline metric
             },
