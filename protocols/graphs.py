@@ -174,14 +174,15 @@ def build_graph(
     rng = random.Random(f"{base_seed}:{epoch}")
     graph = topology.build(list(agents), spec, rng)
     for u, v in spec.cut:
-        if graph.has_edge(u, v):
-            graph.edges[u, v][DELIVER] = False
+        if graph.has_edge(u, v):  # add_edge updates the attribute; no cached edge view
+            graph.add_edge(u, v, **{DELIVER: False})
     return graph
 
 
 def delivers(graph: nx.DiGraph, sender: str, receiver: str) -> bool:
     """Whether the edge ``sender -> receiver`` of ``graph`` delivers (exists and is not cut)."""
-    return graph.has_edge(sender, receiver) and graph.edges[sender, receiver].get(DELIVER, True)
+    data = graph.get_edge_data(sender, receiver)
+    return data is not None and bool(data.get(DELIVER, True))
 
 
 def depends_on_seed(spec: GraphSpec) -> bool:
