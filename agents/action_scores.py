@@ -3,8 +3,9 @@
 Where a scenario's legal actions form a finite set (Kuhn Poker's check/bet/call/fold, a matrix
 game's actions, signal's candidates), the policy's distribution over them need not be estimated
 by sampling. :func:`action_scores` scores every action's reply text teacher-forced after its
-prompt, all (prompt, action) rows in ONE padded forward pass
-(:func:`marl.agents.logprobs.sequence_logprobs`), and normalises over each prompt's set.
+prompt, all (prompt, action) rows in one batched pass in which each distinct prompt runs once
+and its actions run on its key/value cache (:func:`marl.agents.logprobs.response_logprobs` with
+``share_prompts``), and normalises over each prompt's set.
 
 What one action's score includes: the log-probability of the tokens of its reply text (the
 text the model would write after the prompt: after the response head when the prompt ends with
@@ -33,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from marl.agents.logprobs import sequence_logprobs
+from marl.agents.logprobs import response_logprobs
 
 __all__ = ["ActionScores", "action_scores", "reply_ids"]
 
@@ -93,8 +94,9 @@ def action_scores(
     1: the model's own distribution; no top-p). ``end_id``: the end-of-turn token scored after
     each text; -1 (default) takes ``tokenizer.eos_token_id``; None scores the text alone.
 
-    All ``sum(len(a) for a in actions)`` rows go through the model in one forward pass, under
-    ``torch.no_grad`` (train with :func:`~marl.agents.logprobs.sequence_logprobs` instead).
+    All ``sum(len(a) for a in actions)`` rows are scored in one batched pass (each distinct
+    prompt once), under ``torch.no_grad`` (train with
+    :func:`~marl.agents.logprobs.sequence_logprobs` instead).
     """
     if len(prompts) != len(actions):
         raise ValueError(f"action_scores: {len(prompts)} prompts but {len(actions)} action sets")
@@ -116,10 +118,16 @@ def action_scores(
             rows_reply.append(reply_ids(tokenizer, text, end_id))
     if any(not r for r in rows_reply):
         raise ValueError("action_scores: an empty action text with no end token scores nothing")
-    with torch.no_grad():
-        token_logp, mask = sequence_logprobs(
-            model, rows_prompt, rows_reply, temperature=temperature, pad_token_id=pad
-        )  # (R, T), (R, T) with R = the total number of actions
+    with torch.no_grad():  # each distinct prompt runs once, its actions on its key/value cache
+        scored = response_logprobs(
+            model,
+            rows_prompt,
+            rows_reply,
+            temperature=temperature,
+            pad_token_id=pad,
+            share_prompts=True,
+        )
+    token_logp, mask = scored.sampling, scored.mask  # (R, T), (R, T) with R = all actions
     sums = (token_logp.double() * mask.double()).sum(dim=1).cpu()  # (R,)
     width = max(len(a) for a in actions)  # A
     logprobs = torch.full((len(prompts), width), -math.inf, dtype=torch.float64)  # (P, A)

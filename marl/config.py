@@ -292,11 +292,20 @@ class EmergenceConfig:
                        for LLM agents. Between measurements the last values are logged again.
     influence_samples: null-message branches per speaker and episode (>= 2).
     permutations:      label-permuted copies whose mean MI is subtracted from the speaker MI.
+    counterfactuals:   the exact listening measures on held-out scenarios (CIC, influence,
+                       message swap, null message: :mod:`marl.listening`), at every held-out
+                       evaluation: the speaker's replies sampled per label it could have had
+                       (K, default 8); 0 = off. Measured where the scenario allows it (a speaker
+                       with alternative labels, a listener with a finite legal set).
+    listening_episodes: held-out scenarios the listening measures use (the first of the
+                       evaluation's); null = all ``train.eval_episodes``.
     """
 
     influence_every: int | None = None
     influence_samples: int = 2
     permutations: int = 20
+    counterfactuals: int = 8
+    listening_episodes: int | None = None
 
     def __post_init__(self) -> None:
         if self.influence_every is not None:
@@ -306,6 +315,9 @@ class EmergenceConfig:
                 f"emergence.influence_samples: must be >= 2, got {self.influence_samples}"
             )
         _positive("emergence.permutations", self.permutations, allow_zero=True)
+        _positive("emergence.counterfactuals", self.counterfactuals, allow_zero=True)
+        if self.listening_episodes is not None:
+            _positive("emergence.listening_episodes", self.listening_episodes)
 
 
 LEAGUE_KINDS = ("self", "latest", "uniform", "pfsp")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from marl.emergence import tracker_for
 from marl.evaluation import due, evaluation_metrics
 from marl.exploitability_log import tracker_for as exploitability_tracker
 from marl.hparams import run_hparams, run_overrides, trial_id
+from marl.listening_log import listening_tracker
 from marl.machine import fit_machine, local_gpu_count, memory_metrics
 from marl.metrics import rollout_metrics
 from marl.outcomes import episode_bonuses, outcome_metrics
@@ -184,7 +186,9 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 )
         counterfactual = is_counterfactual(config.credit.name)
         progress = _progress(start, t.steps, config.logging.progress)
+        listen = listening_tracker(config, plan, runtime)
         _evaluate(runtime, config, start, logger, summary)
+        _listen(listen, start, logger, summary)
         exploitability = exploitability_tracker(config, plan, runtime)
         if exploitability is not None:  # before the first update of this run
             logger.scalars(exploitability.step(start, force=True), start)
@@ -213,6 +217,11 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 trainable=plan.trainable if league is not None and plan is not None else None,
             )
             credit_time = time.perf_counter() - credit_began
+            # influence re-simulates the rollout's episodes with the policies that played them:
+            # before the update
+            emergence_began = time.perf_counter()
+            emergence_metrics = emergence.step([e.emergence for e in rollout.episodes], step)
+            emergence_time = time.perf_counter() - emergence_began
             update_began = time.perf_counter()
             updates = runtime.update(rollout.turns)
             update_time = time.perf_counter() - update_began
@@ -220,9 +229,8 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             runtime.sync()
             sync_time = time.perf_counter() - sync_began
             metrics = rollout_metrics(rollout)
-            emergence_began = time.perf_counter()
-            metrics.update(emergence.step([e.emergence for e in rollout.episodes], step))
-            metrics["perf/emergence_time"] = time.perf_counter() - emergence_began
+            metrics.update(emergence_metrics)
+            metrics["perf/emergence_time"] = emergence_time
             metrics.update(credit_metrics)
             metrics.update(outcome_metrics(rollout, step, bonuses))
             metrics.update(_policy_metrics(updates))
@@ -249,6 +257,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             _log_samples(logger, config, rollout, credit_result, step)
             if due(step + 1, t.steps, t.eval_every):
                 _evaluate(runtime, config, step + 1, logger, summary)
+                _listen(listen, step + 1, logger, summary)
             last = step + 1 == t.steps
             if last or (t.checkpoint_every and (step + 1) % t.checkpoint_every == 0):
                 state = {
@@ -342,6 +351,20 @@ def _evaluate(
     metrics.update(summary.add_evaluation(updates_done, successes))
     logger.scalars(metrics, updates_done)
     summary.add(updates_done, metrics)
+
+
+def _listen(
+    listen: Callable[[int], dict[str, float]],
+    updates_done: int,
+    logger: TensorBoardLogger,
+    summary: Any,
+) -> None:
+    """The exact listening measures on held-out scenarios (:mod:`marl.listening_log`), logged
+    at ``updates_done`` beside the held-out evaluation; nothing where they do not apply."""
+    metrics = listen(updates_done)
+    if metrics:
+        logger.scalars(metrics, updates_done)
+        summary.add(updates_done, metrics)
 
 
 def _policy_metrics(updates: dict[str, dict[str, float]]) -> dict[str, float]:

@@ -446,6 +446,13 @@ class TextScenarioEnv(ParallelEnv):
             return f"Your turn to talk. Reply with one line: {talk}."
         return f"Nothing to do this round. Reply `{IDLE_REPLY}`."
 
+    def observe(self) -> tuple[dict[str, str], dict[str, dict]]:
+        """The live agents' observations and infos of the current round, as :meth:`reset` and
+        :meth:`step` return them; nothing changes (read them again after a counterfactual
+        edit of the rules, :meth:`Rules.set_private_label`)."""
+        contacts = self._contacts()
+        return self._observations(contacts), self._infos(contacts)
+
     def _contacts(self) -> dict[str, list[str]]:
         """Every live agent's :meth:`neighbours`, in live order (observations and infos share
         them)."""

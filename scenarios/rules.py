@@ -120,6 +120,19 @@ class Rules:
         read when the episode is over, so it must be what the agent knew while it talked."""
         return None
 
+    def alternative_labels(self, agent: str) -> list[str]:
+        """The private labels ``agent`` could have had in this episode, given everything the
+        other agents see, each as likely as the scenario draws it (signal: the target could be
+        any of the listener's candidates); empty when the scenario does not say. With
+        :meth:`set_private_label`, the listening measures (:mod:`marl.listening`) ask what the
+        speaker would have said in each of them."""
+        return []
+
+    def set_private_label(self, agent: str, label: str) -> None:
+        """Make ``label`` (one of :meth:`alternative_labels`) ``agent``'s private label, before
+        anyone has acted: a counterfactual episode that differs only there."""
+        raise NotImplementedError(f"{type(self).__name__} declares no alternative labels")
+
     def success(self) -> float | None:
         """Whether the episode reached the scenario's goal (1.0 / 0.0, or a fraction), or
         ``None`` when the scenario has no such notion or the goal is not decided yet. Logged as

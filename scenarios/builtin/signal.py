@@ -197,6 +197,17 @@ class SignalRules(Rules):
             texts.update({name: name for name in names})
         return texts
 
+    def alternative_labels(self, agent: str) -> list[str]:
+        """The speaker's target could have been any candidate (drawn uniformly among them)."""
+        return [" ".join(c) for c in self.candidates] if agent == self.speaker else []
+
+    def set_private_label(self, agent: str, label: str) -> None:
+        """Make the candidate named ``label`` the target (a counterfactual episode)."""
+        names = [" ".join(c) for c in self.candidates]
+        if agent != self.speaker or label not in names:
+            raise ValueError(f"signal: {label!r} is no candidate of {agent!r}'s episode")
+        self.target = names.index(label)
+
     def picked(self) -> str | None:
         """The name of the candidate the listener picked (None before a valid pick)."""
         return None if self.choice is None else " ".join(self.candidates[self.choice])

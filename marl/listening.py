@@ -1,0 +1,464 @@
+"""Positive listening measured exactly, and interventions on the message: CIC, influence, swap,
+null.
+
+For a speaker -> listener pair of a cooperative scenario whose listener acts from a finite legal
+set (:meth:`marl.scenarios.rules.Rules.legal_actions`: signal's candidates), on held-out
+scenarios (one per seed), with the policies held fixed (no update in between):
+
+1. the speaker's messages are sampled from its own policy: ``K`` replies (``counterfactuals``,
+   default 8) for each private label it could have had in this scenario
+   (:meth:`~marl.scenarios.rules.Rules.alternative_labels`: signal's target could be any of
+   the listener's candidates, drawn uniformly), each from the prompt the rollout would give it
+   with that label (:meth:`~marl.scenarios.rules.Rules.set_private_label`). Together they are
+   draws of ``p(m | s)``, ``s`` being what the listener sees (its candidates): the messages the
+   listener can receive in its situation, as often as the speaker sends them;
+2. for each distinct message ``m``, the episode is played to the listener's turn with the
+   speaker's reply replaced by ``m`` (``do(m)``), and the listener's action distribution
+   ``p(a | do(m))`` is computed exactly: each legal reply text scored teacher-forced
+   (:func:`marl.agents.action_scores.action_scores`, each distinct prompt once), normalised
+   over the set, and the texts of one action summed (signal-v1: a candidate's number and name);
+3. per scenario, with ``q(a) = sum_m p(m | s) p(a | do(m))`` the listener's marginal:
+
+   - ``cic`` = ``sum_m p(m | s) KL(p(. | do(m)) || q)``, in bits: the causal influence of
+     communication of Lowe et al. 2019 ("On the pitfalls of measuring emergent
+     communication"), the mutual information between message and action under intervention;
+     at most log2 of the number of actions (2 bits for 4 candidates), reached by a speaker
+     that names each target distinctly and a listener that follows;
+   - ``cic_given_target``: the same with ``s`` including the speaker's real target (its K
+     replies to that target alone); 0 for a speaker that always says the same thing about one
+     target, however well it is heard: a measure of message variety, not of listening;
+   - ``influence`` = ``KL(p(. | do(m_1)) || q)`` for the message ``m_1`` actually sent (the
+     first reply to the real target): the causal influence of Jaques et al. 2019 ("Social
+     influence as intrinsic motivation for multi-agent deep RL"), whose mean over the messages
+     is the CIC;
+   - ``success`` = ``p(target | do(m_1))``: the exact probability that the listener picks the
+     target, given the sent message;
+   - ``null_success`` = ``p(target | no message)``: the speaker's reply replaced by one with
+     no SAY line (the listener's inbox empty);
+   - ``swap_follow`` / ``swap_success``: the listener given the sent message of another held-out
+     scenario whose target is one of this scenario's other candidates; the probability that it
+     picks that other target (follows the message) / this scenario's target. Scenarios with no
+     such donor are left out of the swap;
+   - ``off_set``: the listener's probability of a reply that is none of the legal texts as
+     written (malformed, or another spelling), given the sent message.
+
+Each value is reported as the mean over scenarios with a 95% t-interval over scenarios
+(:func:`marl.stats.mean_interval`); across training runs, report the mean of per-run means with
+a t-interval over runs (:func:`marl.stats.seed_clustered`).
+
+The speaker's message is measured as it is delivered: with the edge cut (a control), the
+listener never receives any ``m`` and the CIC is 0 by measurement, not by construction.
+
+Limits: the listener must be idle until the speaker has talked (signal: round 0 is the
+speaker's), and its acting turn must offer a finite legal set; anything else is refused with
+one line naming the scenario.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from marl.errors import RunError
+
+__all__ = [
+    "LISTENING_METRICS",
+    "ListeningResult",
+    "Scorer",
+    "Sampler",
+    "kl_bits",
+    "listening_per_scenario",
+]
+
+LISTENING_METRICS = (
+    "cic",
+    "cic_given_target",
+    "influence",
+    "success",
+    "null_success",
+    "swap_follow",
+    "swap_success",
+    "off_set",
+)
+NULL_REPLY = "ACTION: wait"  # a speaker's reply with no SAY line: nothing is sent
+
+Sampler = Callable[[Sequence[Any], int], list[list[str]]]
+"""``(requests, k) -> k reply texts per request``: the speaker's policy, sampled
+(:class:`marl.agents.generation.PromptRequest` s, head included in each text)."""
+
+Scorer = Callable[[Sequence[Any], Sequence[Sequence[str]]], tuple[list[list[float]], list[float]]]
+"""``(requests, texts) -> (probabilities, off-set mass)``: the listener's exact distribution
+over each request's reply texts (each a full reply, ``"ACTION: 2"``), normalised per request,
+and the mass on no listed text."""
+
+
+def kl_bits(p: Mapping[str, float], q: Mapping[str, float]) -> float:
+    """KL(p || q) in bits over the keys of ``p`` (``q`` must cover ``p``'s support)."""
+    total = 0.0
+    for key, pk in p.items():
+        if pk > 0.0:
+            qk = q.get(key, 0.0)
+            if qk <= 0.0:
+                return math.inf
+            total += pk * math.log2(pk / qk)
+    return max(total, 0.0)
+
+
+@dataclass
+class _Scenario:
+    """One held-out scenario while it is measured."""
+
+    seed: int
+    env: Any  # reset, before anyone acted
+    label: str  # the speaker's private label: the target
+    labels: list[str]  # the labels the speaker could have had here (the listener cannot tell)
+    sent: list[str] = field(default_factory=list)  # K replies to the real label; [0] is sent
+    others: dict[str, list[str]] = field(default_factory=dict)  # K replies per other label
+    donor: int | None = None  # the scenario whose sent message is swapped in
+
+    def messages(self) -> list[str]:
+        """Every sampled reply, K per possible label: draws of p(m | the listener's view)."""
+        return [
+            *self.sent,
+            *(
+                m
+                for label in self.labels
+                if label != self.label
+                for m in self.others.get(label, [])
+            ),
+        ]
+
+
+@dataclass(frozen=True)
+class ListeningResult:
+    """Per-scenario values (``per_scenario[metric]``: one float per measured scenario, NaN
+    where a metric is undefined for it) and their summary."""
+
+    per_scenario: dict[str, list[float]]
+    seeds: tuple[int, ...]
+    counterfactuals: int
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """``{metric: {"mean", "low", "high", "n"}}`` with 95% t-intervals over scenarios."""
+        from marl.stats import mean_interval
+
+        out = {}
+        for name, values in self.per_scenario.items():
+            finite = [v for v in values if not math.isnan(v)]
+            if not finite:
+                continue
+            mean, low, high = mean_interval(finite)
+            out[name] = {"mean": mean, "low": low, "high": high, "n": float(len(finite))}
+        return out
+
+    def scalars(self, prefix: str = "eval/listening/") -> dict[str, float]:
+        """The means as TensorBoard scalars (``<prefix><metric>``), with ``_low``/``_high``."""
+        out: dict[str, float] = {}
+        for name, s in self.summary().items():
+            out[f"{prefix}{name}"] = s["mean"]
+            out[f"{prefix}{name}_low"] = s["low"]
+            out[f"{prefix}{name}_high"] = s["high"]
+        return out
+
+
+def _pair(env: Any, speaker: str | None, listener: str | None) -> tuple[str, str]:
+    agents = list(env.possible_agents)
+    speaker = speaker or agents[0]
+    listener = listener or agents[1 if len(agents) > 1 else 0]
+    for role, name in (("speaker", speaker), ("listener", listener)):
+        if name not in agents:
+            raise RunError(
+                f"listening: {role} {name!r} is not an agent of {env.spec.name!r} "
+                f"(agents: {', '.join(agents)})"
+            )
+    return speaker, listener
+
+
+def _request(env: Any, agent: str, n: int = 1) -> Any:
+    """``agent``'s prompt request in ``env``'s current round (``n`` replies)."""
+    from marl.agents.generation import PromptRequest
+
+    observations, infos = env.observe()
+    return PromptRequest(agent, env.system_prompt(agent), observations[agent], infos[agent], n)
+
+
+def _listener_turn(
+    env: Any, speaker: str, listener: str, speaker_reply: str
+) -> tuple[Any, dict[str, str]]:
+    """Play a copy of ``env`` (reset) with the speaker's first reply replaced by
+    ``speaker_reply`` until the listener must act: its request and legal texts."""
+    from marl.protocols.markup import IDLE_REPLY
+
+    env = copy.deepcopy(env)
+    for _ in range(64):  # a scenario's rounds are few; a runaway loop is a bug
+        if not env.agents:
+            break
+        if listener in env.agents and not env.is_idle(listener):
+            legal = env.rules.legal_actions(listener)
+            if not legal:
+                raise RunError(
+                    f"listening: {listener!r} in {env.spec.name!r} acts from open text (its "
+                    "rules give no legal_actions), so its distribution cannot be computed "
+                    "exactly"
+                )
+            return _request(env, listener), legal
+        replies = {}
+        for agent in env.agents:
+            if env.is_idle(agent):
+                replies[agent] = IDLE_REPLY
+            elif agent == speaker and env.round == 0:
+                replies[agent] = speaker_reply
+            else:
+                raise RunError(
+                    f"listening: {agent!r} in {env.spec.name!r} acts in round {env.round} "
+                    f"before {listener!r} does; the measure needs a speaker who talks in round "
+                    "0 and a listener who acts next"
+                )
+        env.step(replies)
+    raise RunError(f"listening: {listener!r} never acts in {env.spec.name!r}")
+
+
+def listening_per_scenario(
+    env_factory: Callable[[], Any],
+    seeds: Sequence[int],
+    sample: Sampler,
+    score: Scorer,
+    *,
+    counterfactuals: int = 8,
+    speaker: str | None = None,
+    listener: str | None = None,
+    swap_seed: int = 0,
+) -> ListeningResult:
+    """Measure every metric of the module docstring on the scenarios of ``seeds``.
+
+    ``env_factory`` builds the scenario's environment; ``sample`` draws the speaker's replies,
+    ``score`` the listener's exact distribution (:func:`hf_sampler` / :func:`hf_scorer` build
+    them from policies). ``speaker`` / ``listener``: agent names (default: the first two
+    agents). ``counterfactuals``: K, the speaker's replies sampled per possible label.
+    ``swap_seed`` picks the donors of the swap.
+    """
+    if counterfactuals < 1:
+        raise RunError(f"listening: counterfactuals must be >= 1, got {counterfactuals}")
+    if not seeds:
+        raise RunError("listening: no held-out scenarios to measure (seeds is empty)")
+    scenarios: list[_Scenario] = []
+    requests, owners = [], []
+    for seed in seeds:
+        env = env_factory()
+        env.reset(seed=seed)
+        speaker, listener = _pair(env, speaker, listener)
+        label = env.rules.private_label(speaker)
+        if label is None:
+            raise RunError(
+                f"listening: {speaker!r} in {env.spec.name!r} has no private label (the target)"
+            )
+        labels = list(env.rules.alternative_labels(speaker)) or [label]
+        sc = _Scenario(seed, env, label, labels)
+        scenarios.append(sc)
+        for other in labels:
+            counterfactual = env
+            if other != label:
+                counterfactual = copy.deepcopy(env)
+                counterfactual.rules.set_private_label(speaker, other)
+            requests.append(_request(counterfactual, speaker))
+            owners.append((sc, other))
+    assert speaker is not None and listener is not None
+    for (sc, label), replies in zip(owners, sample(requests, counterfactuals)):
+        if label == sc.label:
+            sc.sent = list(replies)
+        else:
+            sc.others[label] = list(replies)
+    _choose_donors(scenarios, speaker, listener, swap_seed)
+    rows: dict[tuple[int, str], int] = {}  # (scenario, speaker reply) -> scored row
+    row_requests, row_texts, row_meaning = [], [], []
+
+    def add(i: int, reply: str) -> None:
+        if (i, reply) in rows:
+            return
+        request, legal = _listener_turn(scenarios[i].env, speaker, listener, reply)
+        rows[(i, reply)] = len(row_requests)
+        row_requests.append(request)
+        texts = list(legal)
+        row_texts.append([f"ACTION: {t}" for t in texts])
+        row_meaning.append([legal[t] for t in texts])
+
+    for i, sc in enumerate(scenarios):
+        for reply in dict.fromkeys(sc.messages()):
+            add(i, reply)
+        add(i, NULL_REPLY)
+        if sc.donor is not None:
+            add(i, scenarios[sc.donor].sent[0])
+    probs, off = score(row_requests, row_texts)
+
+    def dist(i: int, reply: str) -> dict[str, float]:
+        row = rows[(i, reply)]
+        out: dict[str, float] = {}
+        for meaning, p in zip(row_meaning[row], probs[row]):
+            out[meaning] = out.get(meaning, 0.0) + p
+        return out
+
+    values: dict[str, list[float]] = {name: [] for name in LISTENING_METRICS}
+    for i, sc in enumerate(scenarios):
+        sent = sc.sent[0]
+        given = functools.partial(dist, i)
+        values["cic"].append(_mutual_information(sc.messages(), given))
+        values["cic_given_target"].append(_mutual_information(sc.sent, given))
+        values["influence"].append(kl_bits(given(sent), _marginal(sc.messages(), given)))
+        values["success"].append(dist(i, sent).get(sc.label, 0.0))
+        values["off_set"].append(off[rows[(i, sent)]])
+        values["null_success"].append(dist(i, NULL_REPLY).get(sc.label, 0.0))
+        if sc.donor is None:
+            values["swap_follow"].append(math.nan)
+            values["swap_success"].append(math.nan)
+        else:
+            donor = scenarios[sc.donor]
+            swapped = dist(i, donor.sent[0])
+            values["swap_follow"].append(swapped.get(donor.label, 0.0))
+            values["swap_success"].append(swapped.get(sc.label, 0.0))
+    return ListeningResult(values, tuple(seeds), counterfactuals)
+
+
+def _marginal(
+    messages: Sequence[str], given: Callable[[str], Mapping[str, float]]
+) -> dict[str, float]:
+    """``q(a) = sum_m p(m) p(a | do(m))``, ``p(m)`` the messages' empirical distribution."""
+    q: dict[str, float] = {}
+    for m, count in Counter(messages).items():
+        for a, p in given(m).items():
+            q[a] = q.get(a, 0.0) + count / len(messages) * p
+    return q
+
+
+def _mutual_information(
+    messages: Sequence[str], given: Callable[[str], Mapping[str, float]]
+) -> float:
+    """``sum_m p(m) KL(p(. | do(m)) || q)`` in bits: the MI of message and action under
+    intervention, ``p(m)`` the messages' empirical distribution."""
+    q = _marginal(messages, given)
+    return sum(
+        count / len(messages) * kl_bits(given(m), q) for m, count in Counter(messages).items()
+    )
+
+
+def _choose_donors(scenarios: Sequence[_Scenario], speaker: str, listener: str, seed: int) -> None:
+    """For each scenario, another whose target is one of this one's other candidates (so its
+    listener can follow the donor's message), drawn at random; None when there is none."""
+    rng = random.Random(f"{seed}:listening:swap")
+    meanings = []
+    for sc in scenarios:
+        _, legal = _listener_turn(sc.env, speaker, listener, NULL_REPLY)
+        meanings.append(set(legal.values()))
+    for i, sc in enumerate(scenarios):
+        options = [
+            j
+            for j, other in enumerate(scenarios)
+            if j != i and other.label != sc.label and other.label in meanings[i]
+        ]
+        sc.donor = rng.choice(options) if options else None
+
+
+# --- policies as a sampler and a scorer --------------------------------------------------------
+def hf_sampler(
+    backends: Mapping[str, Any],
+    policy_of: Callable[[str], str],
+    sampling: Any,
+    *,
+    seed: int = 0,
+    response_prefix: bool = False,
+    max_prompt_tokens: int | None = None,
+) -> Sampler:
+    """The speaker's replies from the rollout's own backends (as the rollout samples them)."""
+    from dataclasses import replace
+
+    from marl.agents.generation import generate_by_policy
+
+    def sample(requests: Sequence[Any], k: int) -> list[list[str]]:
+        asked = [replace(r, n=k) for r in requests]
+        replies, _ = generate_by_policy(
+            backends,
+            policy_of,
+            asked,
+            sampling,
+            seed,
+            max_prompt_tokens=max_prompt_tokens,
+            response_prefix=response_prefix,
+        )
+        return [[reply.text for reply in row] for row in replies]
+
+    return sample
+
+
+def hf_scorer(
+    backend: Any,
+    *,
+    temperature: float = 1.0,
+    response_prefix: bool = False,
+    max_prompt_tokens: int | None = None,
+) -> Scorer:
+    """The listener's exact distributions from an HF backend (a view of a shared base scores
+    with its adapter active; the model's active adapter and train/eval mode are restored)."""
+    from marl.agents.action_scores import action_scores
+    from marl.agents.generation import _target
+    from marl.agents.heads import head_ids, response_head
+    from marl.agents.prompts import prompt_ids
+
+    def score(
+        requests: Sequence[Any], texts: Sequence[Sequence[str]]
+    ) -> tuple[list[list[float]], list[float]]:
+        base, adapter = _target(backend)
+        model, tokenizer = base.model, base.tokenizer
+        prompts, replies = [], []
+        for request, options in zip(requests, texts):
+            ids = prompt_ids(
+                tokenizer, request.system_prompt, request.observation, max_prompt_tokens
+            )
+            head = response_head(request.info or {}) if response_prefix else ""
+            if any(not t.startswith(head) for t in options):
+                raise RuntimeError(f"the response head {head!r} does not start {list(options)}")
+            prompts.append(ids + head_ids(tokenizer, head))
+            replies.append([t[len(head) :] for t in options])
+        with _adapter_active(model, adapter):
+            scores = action_scores(model, tokenizer, prompts, replies, temperature=temperature)
+        probs = [
+            [float(scores.probs[i, j]) for j in range(len(options))]
+            for i, options in enumerate(replies)
+        ]
+        return probs, [float(x) for x in scores.off_set]
+
+    return score
+
+
+class _adapter_active:
+    """Within: ``model`` in eval mode with ``adapter`` active (``None`` or ``"__base__"``: no
+    adapter, for a peft model); restored after."""
+
+    def __init__(self, model: Any, adapter: str | None) -> None:
+        self.model, self.adapter = model, adapter
+        self.was_training = model.training
+        self.previous = (
+            getattr(model, "active_adapter", None) if hasattr(model, "peft_config") else None
+        )
+        self.disabled: Any = None
+
+    def __enter__(self) -> None:
+        self.model.eval()
+        if not hasattr(self.model, "peft_config"):
+            return
+        if self.adapter is None or self.adapter == "__base__":
+            self.disabled = self.model.disable_adapter()
+            self.disabled.__enter__()
+        elif self.adapter != self.previous:
+            self.model.set_adapter(self.adapter)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.disabled is not None:
+            self.disabled.__exit__(*exc)
+        elif self.previous is not None and self.adapter != self.previous:
+            self.model.set_adapter(self.previous)
+        self.model.train(self.was_training)

@@ -1,0 +1,207 @@
+"""Exact listening measures (marl.listening) on the real signal scenario: scripted speakers and
+listeners with known answers, and the tiny model through the HF sampler and scorer."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marl.errors import RunError
+from marl.listening import LISTENING_METRICS, hf_sampler, hf_scorer, kl_bits
+from marl.listening import listening_per_scenario as measure
+from marl.scenarios.registry import make
+
+SEEDS = list(range(40))
+
+
+def _names(observation: str) -> list[str]:
+    listing = observation.split("Candidates:")[1].split(".")[0]
+    return [part.split(":", 1)[1].strip() for part in listing.split(";")]
+
+
+def _heard(observation: str) -> str:
+    if "Messages you received:" not in observation:
+        return ""
+    return observation.split("Messages you received:")[1].split("You can message")[0]
+
+
+def naming_speaker(requests: Sequence[Any], k: int) -> list[list[str]]:
+    """Names the target, every time."""
+    out = []
+    for r in requests:
+        target = re.search(r"The target is the (\w+ \w+)\.", r.observation).group(1)
+        out.append([f"SAY: {target}\nACTION: wait"] * k)
+    return out
+
+
+def listener_following(requests: Sequence[Any], texts: Sequence[Sequence[str]]):
+    """All its mass on the candidate it hears (uniform when it hears none)."""
+    probs = []
+    for r, options in zip(requests, texts):
+        heard = _heard(r.observation)
+        names = _names(r.observation)
+        hits = [i for i, name in enumerate(names) if name in heard]
+        row = []
+        for text in options:
+            answer = text.removeprefix("ACTION: ")
+            index = int(answer) - 1 if answer.isdigit() else names.index(answer)
+            row.append((1.0 if index in hits else 0.0) if hits else 1.0 / len(options))
+        total = sum(row)
+        probs.append([p / total for p in row])
+    return probs, [0.0] * len(requests)
+
+
+def listener_deaf(requests: Sequence[Any], texts: Sequence[Sequence[str]]):
+    """Always the first candidate (by number), whatever it hears."""
+    return [[1.0] + [0.0] * (len(t) - 1) for t in texts], [0.25] * len(requests)
+
+
+@pytest.mark.parametrize("scenario", ["signal-v0", "signal-v1"])
+def test_a_speaker_that_names_and_a_listener_that_follows_score_the_maximum(
+    scenario: str,
+) -> None:
+    result = measure(lambda: make(scenario), SEEDS, naming_speaker, listener_following)
+    values = result.per_scenario
+    assert set(values) == set(LISTENING_METRICS)
+    for seed_index in range(len(SEEDS)):
+        assert values["cic"][seed_index] == pytest.approx(2.0)  # log2(4 candidates)
+        assert values["influence"][seed_index] == pytest.approx(2.0)
+        assert values["cic_given_target"][seed_index] == pytest.approx(0.0)  # one message
+        assert values["success"][seed_index] == pytest.approx(1.0)
+        assert values["null_success"][seed_index] == pytest.approx(0.25)
+    follow = [v for v in values["swap_follow"] if not math.isnan(v)]
+    assert len(follow) >= len(SEEDS) - 2 and all(v == pytest.approx(1.0) for v in follow)
+    assert all(v == 0.0 for v in values["swap_success"] if not math.isnan(v))
+    summary = result.summary()
+    assert summary["cic"]["mean"] == pytest.approx(2.0)
+    assert summary["cic"]["n"] == len(SEEDS)
+    scalars = result.scalars()
+    assert scalars["eval/listening/cic"] == pytest.approx(2.0)
+
+
+def test_a_listener_that_ignores_the_message_has_no_influence() -> None:
+    result = measure(lambda: make("signal-v1"), SEEDS, naming_speaker, listener_deaf)
+    assert max(result.per_scenario["cic"]) == pytest.approx(0.0)
+    assert max(result.per_scenario["influence"]) == pytest.approx(0.0)
+    assert result.per_scenario["off_set"][0] == 0.25
+    success = result.summary()["success"]["mean"]
+    assert 0.1 < success < 0.45  # the first candidate is the target a quarter of the time
+
+
+def test_a_silent_speaker_has_no_influence_and_the_listener_gets_chance() -> None:
+    def silent(requests: Sequence[Any], k: int) -> list[list[str]]:
+        return [["ACTION: wait"] * k for _ in requests]
+
+    result = measure(lambda: make("signal-v1"), SEEDS, silent, listener_following)
+    assert max(result.per_scenario["cic"]) == pytest.approx(0.0)
+    assert result.summary()["success"]["mean"] == pytest.approx(0.25)
+
+
+def test_a_speaker_that_names_half_the_time_gives_an_intermediate_cic() -> None:
+    def half(requests: Sequence[Any], k: int) -> list[list[str]]:
+        named = naming_speaker(requests, k)
+        return [[m if j % 2 == 0 else "ACTION: wait" for j, m in enumerate(row)] for row in named]
+
+    result = measure(lambda: make("signal-v1"), SEEDS[:5], half, listener_following)
+    # p(m): each of 4 names 1/8, silence 1/2; q uniform. CIC = 4 * 1/8 * 2 bits + 1/2 * 0 = 1
+    assert result.per_scenario["cic"][0] == pytest.approx(1.0)
+    # the sent message (the first reply) names the target
+    assert result.per_scenario["influence"][0] == pytest.approx(2.0)
+    # given the target: its name or silence, 1/2 each; q = 5/8 on the target, 1/8 elsewhere
+    given_target = 0.5 * math.log2(8 / 5) + 0.5 * (0.25 * math.log2(0.4) + 0.75 * 1.0)
+    assert result.per_scenario["cic_given_target"][0] == pytest.approx(given_target)
+
+
+def test_kl_in_bits() -> None:
+    assert kl_bits({"a": 1.0}, {"a": 0.5, "b": 0.5}) == pytest.approx(1.0)
+    assert kl_bits({"a": 0.5, "b": 0.5}, {"a": 0.5, "b": 0.5}) == 0.0
+    assert kl_bits({"a": 1.0}, {"b": 1.0}) == math.inf
+
+
+def test_open_text_listeners_and_bad_agents_are_refused_with_one_line() -> None:
+    with pytest.raises(RunError, match="not an agent"):
+        measure(lambda: make("signal-v1"), [0], naming_speaker, listener_following, speaker="x")
+    with pytest.raises(RunError, match="no held-out scenarios"):
+        measure(lambda: make("signal-v1"), [], naming_speaker, listener_following)
+
+    def says_one(requests: Sequence[Any], k: int) -> list[list[str]]:
+        return [["SAY: hello\nACTION: 1"] * k for _ in requests]
+
+    with pytest.raises(RunError, match="listening: .* (open text|acts in round|private label)"):
+        measure(lambda: make("unison"), [0], says_one, listener_following)
+
+
+def test_the_tiny_model_is_measured_through_its_backend() -> None:
+    from marl.agents.backends.base import SamplingConfig
+    from marl.agents.backends.hf import HFBackend
+    from marl.agents.models import ModelSpec, load_model
+
+    model, tokenizer = load_model(ModelSpec(kind="tiny"))
+    backend = HFBackend(model, tokenizer)
+    sampling = SamplingConfig(max_new_tokens=8, temperature=1.0)
+    sample = hf_sampler({"p": backend}, lambda agent: "p", sampling, response_prefix=True)
+    score = hf_scorer(backend, response_prefix=True)
+    result = measure(lambda: make("signal-v1"), [0, 1, 2], sample, score, counterfactuals=2)
+    for name in ("cic", "influence", "success", "null_success", "off_set"):
+        assert all(math.isfinite(v) for v in result.per_scenario[name]), name
+    assert all(0.0 <= v <= 2.0 + 1e-9 for v in result.per_scenario["cic"])
+    assert all(0.0 <= v <= 1.0 for v in result.per_scenario["success"])
+    env = make("signal-v1")
+    observations, infos = env.reset(seed=0)
+    from marl.agents.generation import PromptRequest
+
+    request = PromptRequest(
+        "listener", env.system_prompt("listener"), observations["listener"], {"needs_action": True}
+    )
+    model.train()
+    probs, off = score([request], [["ACTION: 1", "ACTION: 2"]])
+    assert model.training  # scored in eval mode, then restored
+    assert sum(probs[0]) == pytest.approx(1.0) and 0.0 <= off[0] <= 1.0
+
+
+def test_marl_train_logs_the_listening_measures_at_each_held_out_evaluation(
+    tmp_path: Path,
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from marl.train import train
+
+    config = {
+        "scenario": {"name": "signal-v1", "overrides": {}},
+        "model": {"kind": "tiny"},
+        "sampling": {"max_new_tokens": 8, "response_prefix": True},
+        "train": {"steps": 2, "seeds_per_step": 1, "group_size": 2, "eval_episodes": 4},
+        "emergence": {"counterfactuals": 2, "listening_episodes": 3},
+        "logging": {"progress": False},
+        "seed": 0,
+    }
+    train(config, run_dir=tmp_path)
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for name in LISTENING_METRICS:
+        if name.startswith("swap"):
+            continue  # 3 scenarios may offer no donor
+        assert f"eval/listening/{name}" in tags, name
+    steps = [e.step for e in events.Scalars("eval/listening/cic")]
+    assert steps == [0, 2]  # before the first update and after the last
+    assert all(0.0 <= e.value <= 2.0 + 1e-9 for e in events.Scalars("eval/listening/cic"))
+    assert [e.value for e in events.Scalars("eval/listening/cic_low")][0] <= (
+        events.Scalars("eval/listening/cic")[0].value
+    )
+
+
+def test_the_listening_measures_stay_off_where_they_do_not_apply(tmp_path: Path) -> None:
+    from marl.config import load_config
+    from marl.listening_log import listening_tracker, measurable
+    from marl.policy_map import plan_for
+
+    assert measurable("signal-v1", {}) and measurable("signal-v0", {})
+    assert not measurable("unison", {}) and not measurable("kuhn-poker-v0", {})
+    config = load_config({"scenario": {"name": "unison"}, "model": {"kind": "tiny"}})
+    assert listening_tracker(config, plan_for(config), runtime=None)(0) == {}
