@@ -5,8 +5,9 @@ For a speaker -> listener pair of a cooperative scenario whose listener acts fro
 set (:meth:`marl.scenarios.rules.Rules.legal_actions`: signal's candidates), on held-out
 scenarios (one per seed), with the policies held fixed (no update in between):
 
-1. the speaker's messages are sampled from its own policy: ``K`` replies (``counterfactuals``,
-   default 8) for each private label it could have had in this scenario
+1. the speaker's messages are sampled from its own policy: ``K`` replies in all
+   (``counterfactuals``, default 8), ``ceil(K / L)`` for each of the ``L`` private labels it
+   could have had in this scenario (stratified)
    (:meth:`~marl.scenarios.rules.Rules.alternative_labels`: signal's target could be any of
    the listener's candidates, drawn uniformly), each from the prompt the rollout would give it
    with that label (:meth:`~marl.scenarios.rules.Rules.set_private_label`). Together they are
@@ -118,12 +119,13 @@ class _Scenario:
     env: Any  # reset, before anyone acted
     label: str  # the speaker's private label: the target
     labels: list[str]  # the labels the speaker could have had here (the listener cannot tell)
-    sent: list[str] = field(default_factory=list)  # K replies to the real label; [0] is sent
-    others: dict[str, list[str]] = field(default_factory=dict)  # K replies per other label
+    sent: list[str] = field(default_factory=list)  # replies to the real label; [0] is sent
+    others: dict[str, list[str]] = field(default_factory=dict)  # replies per other label
     donor: int | None = None  # the scenario whose sent message is swapped in
 
     def messages(self) -> list[str]:
-        """Every sampled reply, K per possible label: draws of p(m | the listener's view)."""
+        """Every sampled reply, as many per possible label: draws of p(m | the listener's
+        view)."""
         return [
             *self.sent,
             *(
@@ -240,7 +242,8 @@ def listening_per_scenario(
     ``env_factory`` builds the scenario's environment; ``sample`` draws the speaker's replies,
     ``score`` the listener's exact distribution (:func:`hf_sampler` / :func:`hf_scorer` build
     them from policies). ``speaker`` / ``listener``: agent names (default: the first two
-    agents). ``counterfactuals``: K, the speaker's replies sampled per possible label.
+    agents). ``counterfactuals``: K, the speaker's replies sampled per scenario, spread evenly
+    over its possible labels (at least one each).
     ``swap_seed`` picks the donors of the swap.
     """
     if counterfactuals < 1:
@@ -249,6 +252,7 @@ def listening_per_scenario(
         raise RunError("listening: no held-out scenarios to measure (seeds is empty)")
     scenarios: list[_Scenario] = []
     requests, owners = [], []
+    label_counts: list[list[str]] = []
     for seed in seeds:
         env = env_factory()
         env.reset(seed=seed)
@@ -259,6 +263,7 @@ def listening_per_scenario(
                 f"listening: {speaker!r} in {env.spec.name!r} has no private label (the target)"
             )
         labels = list(env.rules.alternative_labels(speaker)) or [label]
+        label_counts.append(labels)
         sc = _Scenario(seed, env, label, labels)
         scenarios.append(sc)
         for other in labels:
@@ -269,7 +274,8 @@ def listening_per_scenario(
             requests.append(_request(counterfactual, speaker))
             owners.append((sc, other))
     assert speaker is not None and listener is not None
-    for (sc, label), replies in zip(owners, sample(requests, counterfactuals)):
+    per_label = max(math.ceil(counterfactuals / len(labels)) for labels in label_counts)
+    for (sc, label), replies in zip(owners, sample(requests, per_label)):
         if label == sc.label:
             sc.sent = list(replies)
         else:
