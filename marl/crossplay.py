@@ -701,9 +701,29 @@ def main(args: Sequence[str]) -> int:
         "and expected chips against the Nash and random bots by seat; scenarios whose rules "
         "declare no tree are refused",
     )
+    parser.add_argument(
+        "--listening",
+        action="store_true",
+        help="cooperative speaker/listener scenarios (signal): each player is a run's pair "
+        "(its first two agents' policies, LoRA adapters included) or model:<preset>; play every "
+        "speaker with every listener (a success matrix with 95%% Wilson intervals) and measure "
+        "each pair exactly: CIC, influence, success, null message, message swap "
+        "(docs/emergence.md)",
+    )
+    parser.add_argument(
+        "--counterfactuals", type=int, default=8, help="--listening: speaker replies per scenario"
+    )
+    parser.add_argument(
+        "--listening-episodes",
+        type=int,
+        default=32,
+        help="--listening: held-out scenarios of the exact measures",
+    )
     ns = parser.parse_args(args)
     if ns.episodes < 1:
         raise RunError(f"eval: --episodes must be >= 1, got {ns.episodes}")
+    if ns.listening:
+        return _listening_main(ns)
 
     from marl.agents.backends import SamplingConfig
     from marl.scenarios.registry import make
@@ -763,6 +783,57 @@ def main(args: Sequence[str]) -> int:
     )
     print((out / "crossplay.md").read_text())
     print(f"wrote {out / 'crossplay.md'}, crossplay.csv, crossplay.png, crossplay.json")
+    return 0
+
+
+def _listening_main(ns: argparse.Namespace) -> int:
+    """``marl eval --listening``: :mod:`marl.role_eval`'s cross-play and exact measures."""
+    from marl.agents.backends import SamplingConfig
+    from marl.role_eval import load_pairs, pair_listening, role_crossplay, write_tables
+
+    if ns.exploitability:
+        raise RunError("eval: --listening and --exploitability are separate evaluations")
+    if ns.listening_episodes < 1 or ns.counterfactuals < 1:
+        raise RunError("eval: --listening-episodes and --counterfactuals must be >= 1")
+    run = _first_run_config(ns.players)
+    scenario = ns.scenario or (run.get("scenario") or {}).get("name")
+    if scenario is None:
+        raise RunError("eval: no --scenario given and no checkpoint to take it from")
+    overrides = {} if ns.scenario else dict((run.get("scenario") or {}).get("overrides") or {})
+    pairs = load_pairs(ns.players)
+    s = run.get("sampling") or {}
+    sampling = SamplingConfig(
+        max_new_tokens=ns.max_new_tokens or int(s.get("max_new_tokens", 48)),
+        temperature=ns.temperature if ns.temperature is not None else s.get("temperature", 1.0),
+        top_p=float(s.get("top_p", 1.0)),
+    )
+    prefix = bool(s.get("response_prefix", False))
+    cells = role_crossplay(
+        pairs,
+        scenario,
+        overrides,
+        episodes=ns.episodes,
+        seed=ns.seed,
+        sampling=sampling,
+        response_prefix=prefix,
+    )
+    listening = pair_listening(
+        pairs,
+        scenario,
+        overrides,
+        episodes=ns.listening_episodes,
+        counterfactuals=ns.counterfactuals,
+        seed=ns.seed,
+        sampling=sampling,
+        response_prefix=prefix,
+        progress=True,
+    )
+    out = Path(ns.out)
+    written = write_tables(out, cells, listening)
+    for path in written:
+        if path.suffix == ".md":
+            print(path.read_text())
+    print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
 

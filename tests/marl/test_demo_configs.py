@@ -53,8 +53,8 @@ def test_code_is_the_demo_on_a_code_drawn_from_the_run_seed_with_a_format_only_w
     assert code.scenario.name == "signal-code-v0"
     assert code.scenario.overrides == {"params": {"code_seed": code.seed}}
     assert load("code", "seed=7").scenario.overrides == {"params": {"code_seed": 7}}
-    # the warm-up teaches the format to both agents, never the code (the rule bot would)
-    assert (code.warmup.bot, code.warmup.agents) == ("format", [])
+    # the warm-up teaches the listener the format, never the code (the rule bot would)
+    assert (code.warmup.bot, code.warmup.agents) == ("format", ["listener"])
     assert code.warmup.bots == {}
     # the demo's pair, sampling and update; more RL steps, same batch shape
     assert (code.model, code.sharing, code.policy_defaults, code.sampling, code.algo) == (

@@ -3,6 +3,8 @@ listeners with known answers, and the tiny model through the HF sampler and scor
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -205,3 +207,54 @@ def test_the_listening_measures_stay_off_where_they_do_not_apply(tmp_path: Path)
     assert not measurable("unison", {}) and not measurable("kuhn-poker-v0", {})
     config = load_config({"scenario": {"name": "unison"}, "model": {"kind": "tiny"}})
     assert listening_tracker(config, plan_for(config), runtime=None)(0) == {}
+
+
+def test_marl_eval_listening_on_lora_runs_writes_the_role_matrix_and_the_measures(
+    tmp_path: Path,
+) -> None:
+    from marl.cli import main
+    from marl.train import train
+
+    config = {
+        "scenario": {"name": "signal-v1", "overrides": {}},
+        "model": {"kind": "tiny"},
+        "sharing": "lora",
+        "policy_defaults": {"lora": {"r": 4, "alpha": 8}},
+        "sampling": {"max_new_tokens": 8, "response_prefix": True},
+        "train": {"steps": 1, "seeds_per_step": 1, "group_size": 2, "eval_episodes": 0},
+        "logging": {"progress": False},
+        "seed": 0,
+    }
+    train(config, run_dir=tmp_path / "a")
+    train({**config, "seed": 1}, run_dir=tmp_path / "b")
+    out = tmp_path / "eval"
+    code = main(
+        [
+            "eval",
+            "--listening",
+            f"a={tmp_path / 'a' / 'checkpoints'}",
+            f"b={tmp_path / 'b' / 'checkpoints'}",
+            "base=model:tiny",
+            "--episodes",
+            "4",
+            "--listening-episodes",
+            "3",
+            "--counterfactuals",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    rows = list(csv.DictReader(open(out / "crossplay_roles.csv")))
+    assert [(r["speaker"], r["listener"]) for r in rows] == [
+        (s, x) for s in ("a", "b", "base") for x in ("a", "b", "base")
+    ]
+    assert all(
+        0.0 <= float(r["success_lo"]) <= float(r["success"]) <= float(r["success_hi"]) <= 1.0
+        for r in rows
+    )
+    measures = json.loads((out / "listening.json").read_text())
+    assert set(measures) == {"a", "b", "base"}
+    assert 0.0 <= measures["a"]["summary"]["cic"]["mean"] <= 2.0 + 1e-9
+    assert (out / "crossplay_roles.png").stat().st_size > 0

@@ -1,0 +1,333 @@
+"""Speaker x listener cross-play and the exact listening measures of trained pairs
+(``marl eval --listening``, issue 26 item 4).
+
+A *pair* is what one run trained for a two-agent cooperative scenario: the policy of its first
+agent (the speaker) and of its second (the listener), read from a checkpoint (full models or
+LoRA adapters), or the untrained base model (``model:<preset>``) in both seats. All pairs'
+LoRA adapters load onto one shared base model (one copy in memory).
+
+- :func:`role_crossplay`: every speaker with every listener (``P x P`` ordered pairings, the
+  diagonal a run with itself): ``episodes`` held-out scenarios each, sampled as the rollout
+  samples; the success rate with its 95% Wilson interval per cell. Pairs from different seeds
+  off the diagonal show whether two runs learned the same convention; the base model's row
+  and column show what a trained speaker or listener does with an untrained partner.
+- :func:`pair_listening`: :func:`marl.listening.listening_per_scenario` for each pair with
+  itself: CIC, influence, exact success, the null message and the message swap.
+
+Tables: :func:`write_tables` writes ``crossplay_roles.md``, ``.csv`` and ``.png`` and
+``listening.md`` / ``listening.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from marl.errors import RunError
+from marl.stats import wilson
+
+__all__ = [
+    "Pair",
+    "load_pairs",
+    "pair_listening",
+    "role_crossplay",
+    "write_tables",
+]
+
+
+@dataclass
+class Pair:
+    """One run's speaker and listener, as generation backends (views of a shared base)."""
+
+    name: str
+    speaker: Any
+    listener: Any
+    config: dict[str, Any]  # the run's saved config ({} for the base model)
+
+
+def load_pairs(specs: Sequence[str], base_preset: str | None = None) -> list[Pair]:
+    """Pairs from ``name=checkpoint`` spellings (a run's ``checkpoints`` folder or one step's
+    directory) and ``name=model:<preset>`` (the base model in both seats). Every checkpoint
+    must hold a policy for each of its scenario's first two agents; LoRA adapters share one
+    base backend per base model."""
+    from marl.agents.backends import make_backend
+    from marl.agents.models import ModelSpec, load_model
+    from marl.checkpoint import load_checkpoint
+    from marl.config import load_config
+    from marl.policies import AdapterBackend, peft_lora_config
+    from marl.policy_map import plan_for
+    from marl.scenarios.registry import make
+
+    pairs: list[Pair] = []
+    bases: dict[tuple, Any] = {}
+
+    def base_backend(fields: Mapping[str, Any]) -> Any:
+        key = tuple(sorted((k, str(v)) for k, v in fields.items()))
+        if key not in bases:
+            model, tokenizer = load_model(ModelSpec(**fields))
+            bases[key] = make_backend("hf", model=model, tokenizer=tokenizer)
+        return bases[key]
+
+    for spec in specs:
+        name, _, body = spec.rpartition("=")
+        name = name or Path(body).parent.name or body
+        if body.startswith("model:"):
+            from marl.crossplay import _model_preset
+
+            backend = base_backend(_model_preset(body[len("model:") :]))
+            view = AdapterBackend(backend, None)
+            pairs.append(Pair(name, view, view, {}))
+            continue
+        if not Path(body).exists():
+            raise RunError(f"eval: checkpoint not found: {body}")
+        state = load_checkpoint(body)
+        config = load_config(state.get("config") or {})
+        plan = plan_for(config)
+        agents = list(make(config.scenario.name, **dict(config.scenario.overrides)).possible_agents)
+        if len(agents) < 2:
+            raise RunError(f"eval: --listening needs two agents; {body} trained {agents}")
+        views = []
+        for agent in agents[:2]:
+            pid = plan.policy_of(agent)
+            policy = (state.get("policies") or {}).get(pid)
+            if policy is None:
+                raise RunError(f"eval: {body} holds no policy {pid!r} for agent {agent!r}")
+            pspec = plan.policies[pid]
+            fields = {k: v for k, v in vars(pspec.model).items()}
+            if policy.get("kind") == "adapter":
+                backend = base_backend(fields)
+                adapter = re.sub(r"\W", "_", f"pair_{name}__{pid}")  # peft: no dots
+                lora = peft_lora_config(pspec.lora)
+                backend.add_adapter(adapter, policy["weights"], config=lora)
+                views.append(AdapterBackend(backend, adapter, lora))
+            else:
+                model, tokenizer = load_model(ModelSpec(**fields))
+                model.load_state_dict(policy["weights"], strict=False)
+                views.append(make_backend("hf", model=model, tokenizer=tokenizer))
+        pairs.append(Pair(name, views[0], views[1], state.get("config") or {}))
+    names = [p.name for p in pairs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise RunError(f"eval: two pairs are called {duplicates[0]!r}; label them (name=path)")
+    return pairs
+
+
+def role_crossplay(
+    pairs: Sequence[Pair],
+    scenario: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    episodes: int = 64,
+    seed: int = 0,
+    sampling: Any = None,
+    response_prefix: bool = False,
+) -> list[dict[str, Any]]:
+    """One row per (speaker pair, listener pair): ``success`` with its Wilson interval over
+    ``episodes`` held-out scenarios (the same scenarios in every cell)."""
+    from marl.agents.backends import SamplingConfig
+    from marl.rollout import EpisodeSlot, run_episodes
+    from marl.scenarios.registry import make
+
+    overrides = dict(overrides or {})
+    agents = list(make(scenario, **overrides).possible_agents)
+    speaker, listener = agents[:2]
+    backends: dict[str, Any] = {}
+    for p in pairs:
+        backends[f"{p.name}/speaker"] = p.speaker
+        backends[f"{p.name}/listener"] = p.listener
+    rng = random.Random(f"{seed}:crossplay_roles")
+    seeds = [rng.randrange(2**31) for _ in range(episodes)]
+    slots, cells = [], []
+    for s in pairs:
+        for ll in pairs:
+            cells.append((s.name, ll.name))
+            for k in seeds:
+                slots.append(
+                    EpisodeSlot(
+                        env=make(scenario, **overrides),
+                        seed=k,
+                        group_id=len(cells) - 1,
+                        episode_id=len(slots),
+                        policies={speaker: f"{s.name}/speaker", listener: f"{ll.name}/listener"},
+                    )
+                )
+    sampling = sampling or SamplingConfig(max_new_tokens=12, temperature=1.0)
+
+    def nobody(agent: str) -> str:
+        raise RunError(f"eval: agent {agent!r} has no policy (a bug: every seat is assigned)")
+
+    result = run_episodes(
+        slots, backends, nobody, sampling, seed=seed, response_prefix=response_prefix
+    )
+    rows = []
+    for c, (s_name, l_name) in enumerate(cells):
+        outcomes = [e.success for e, slot in zip(result.episodes, slots) if slot.group_id == c]
+        if any(o is None for o in outcomes):
+            raise RunError(
+                f"eval: --listening needs a scenario with a success measure ({scenario})"
+            )
+        rate = fmean(outcomes)  # type: ignore[arg-type]
+        low, high = wilson(rate * len(outcomes), len(outcomes))
+        rows.append(
+            {
+                "speaker": s_name,
+                "listener": l_name,
+                "episodes": len(outcomes),
+                "success": rate,
+                "success_lo": low,
+                "success_hi": high,
+            }
+        )
+    return rows
+
+
+def pair_listening(
+    pairs: Sequence[Pair],
+    scenario: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    episodes: int = 32,
+    counterfactuals: int = 8,
+    seed: int = 0,
+    sampling: Any = None,
+    response_prefix: bool = False,
+    progress: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Each pair's exact listening measures with itself: ``{pair: {"summary": {metric:
+    {mean, low, high, n}}, "per_scenario": {metric: [...]}}}`` on ``episodes`` held-out
+    scenarios (the same for every pair)."""
+    from marl.agents.backends import SamplingConfig
+    from marl.listening import hf_sampler, hf_scorer, listening_per_scenario
+    from marl.scenarios.registry import make
+
+    overrides = dict(overrides or {})
+    sampling = sampling or SamplingConfig(max_new_tokens=12, temperature=1.0)
+    rng = random.Random(f"{seed}:listening")
+    seeds = [rng.randrange(2**31) for _ in range(episodes)]
+    out: dict[str, dict[str, Any]] = {}
+    for p in _progress(pairs, progress):
+        result = listening_per_scenario(
+            lambda: make(scenario, **overrides),
+            seeds,
+            hf_sampler(
+                {"speaker": p.speaker},
+                lambda agent: "speaker",
+                sampling,
+                seed=seed,
+                response_prefix=response_prefix,
+            ),
+            hf_scorer(
+                p.listener,
+                temperature=sampling.temperature or 1.0,
+                response_prefix=response_prefix,
+            ),
+            counterfactuals=counterfactuals,
+            swap_seed=seed,
+        )
+        out[p.name] = {"summary": result.summary(), "per_scenario": result.per_scenario}
+    return out
+
+
+def _progress(items: Sequence[Any], enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc="listening", unit="pair", disable=not enabled)
+
+
+def write_tables(
+    out: Path, cells: Sequence[dict[str, Any]], listening: Mapping[str, dict[str, Any]]
+) -> list[Path]:
+    """``crossplay_roles.md`` / ``.csv`` / ``.png`` and ``listening.md`` / ``.json`` in
+    ``out``; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    if cells:
+        names = list(dict.fromkeys(c["speaker"] for c in cells))
+        by = {(c["speaker"], c["listener"]): c for c in cells}
+        lines = [
+            "Success by speaker (rows) and listener (columns), 95% Wilson intervals, "
+            f"{cells[0]['episodes']} held-out scenarios per cell.",
+            "",
+            "| speaker \\ listener | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for s in names:
+            row = [
+                f"{by[s, x]['success']:.2f} [{by[s, x]['success_lo']:.2f}, "
+                f"{by[s, x]['success_hi']:.2f}]"
+                for x in names
+            ]
+            lines.append(f"| {s} | " + " | ".join(row) + " |")
+        md = out / "crossplay_roles.md"
+        md.write_text("\n".join(lines) + "\n")
+        csv_path = out / "crossplay_roles.csv"
+        with open(csv_path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(cells[0]))
+            writer.writeheader()
+            writer.writerows(cells)
+        written += [md, csv_path, _heatmap(out / "crossplay_roles.png", names, by)]
+    if listening:
+        metrics = list(next(iter(listening.values()))["summary"])
+        lines = [
+            "Exact listening measures of each pair with itself (mean over held-out scenarios, "
+            "95% t-interval over scenarios).",
+            "",
+            "| pair | " + " | ".join(metrics) + " |",
+            "|---|" + "---|" * len(metrics),
+        ]
+        for name, value in listening.items():
+            cells_text = []
+            for m in metrics:
+                s = value["summary"].get(m)
+                cells_text.append(
+                    "-" if s is None else f"{s['mean']:.2f} [{s['low']:.2f}, {s['high']:.2f}]"
+                )
+            lines.append(f"| {name} | " + " | ".join(cells_text) + " |")
+        md = out / "listening.md"
+        md.write_text("\n".join(lines) + "\n")
+        js = out / "listening.json"
+        js.write_text(json.dumps(_finite(listening), indent=1))
+        written += [md, js]
+    return written
+
+
+def _finite(x: Any) -> Any:
+    """JSON without NaN: a NaN (no swap donor) becomes null."""
+    if isinstance(x, float):
+        return None if math.isnan(x) else x
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _heatmap(path: Path, names: Sequence[str], by: Mapping[tuple[str, str], Any]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = [[by[s, x]["success"] for x in names] for s in names]
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(names), 1.0 + 0.8 * len(names)))
+    image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("listener")
+    ax.set_ylabel("speaker")
+    for i in range(len(names)):
+        for j in range(len(names)):
+            ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center", color="white", fontsize=8)
+    fig.colorbar(image, ax=ax, label="success")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
