@@ -1,0 +1,336 @@
+"""The signalling experiment of issue 26, measured the literature's way: 5 seeds per condition,
+exact listening measures before and after RL, interventions, and speaker x listener cross-play.
+
+Conditions (each ``marl train`` on SmolLM2-135M with one LoRA adapter per agent, this CPU):
+
+  warmup_rl  configs/demo.yaml as ``make run`` trains it: the listener imitates the rule bot
+             (answer the candidate you hear), then 20 RL updates. signal-v1.
+  rl         the same without the warm-up: RL alone from the base model.
+  cut        warmup_rl with the speaker -> listener edge cut (``graph.cut``): the speaker still
+             talks, and is measured, but nothing is delivered. The control.
+  code       configs/code.yaml: signal-code-v0, where the listener sees the candidates only as
+             attribute indices under a mapping drawn from the run seed; a format-only warm-up
+             of the listener, then 40 RL updates. Copying cannot succeed; chance is 0.25.
+
+For each run, the held-out success (64 scenarios, ``eval/success`` before the first update and
+after the last) is read from its TensorBoard events, and its checkpoints are measured exactly
+with :func:`marl.role_eval.pair_listening` (CIC, influence, success, null message, message swap:
+docs/emergence.md) on ``--listening-episodes`` held-out scenarios: before RL (the step-0
+checkpoint after the warm-up, or the base model for ``rl``), after it, and for ``code`` also
+half-way. Each measurement is cached next to its checkpoint (``listening_<step>.json``).
+Headline numbers are seed-clustered: the mean of per-seed values with a t-interval over seeds
+(:func:`marl.stats.seed_clustered`); before/after differences are paired by seed.
+
+Cross-play: the five ``warmup_rl`` pairs and the base model, every speaker with every listener,
+``--crossplay-episodes`` held-out scenarios per cell (:func:`marl.role_eval.role_crossplay`).
+
+    .venv/bin/python bench/listening.py                  # train what is missing, then measure
+    .venv/bin/python bench/listening.py --conditions warmup_rl --seeds 0   # one run
+
+Writes bench/results/listening/: summary.json, table.md, curves.png, crossplay_roles.*.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
+
+from marl.stats import mean_interval, seed_clustered  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CUT = "+scenario.overrides={graph: {cut: [[speaker, listener]]}}"
+CONDITIONS: dict[str, tuple[list[str], int]] = {
+    "warmup_rl": (["--config-name", "demo"], 20),
+    "rl": (["--config-name", "demo", "warmup.steps=0"], 20),
+    "cut": (["--config-name", "demo", CUT], 20),
+    "code": (["--config-name", "code"], 40),
+}
+METRICS = ("cic", "influence", "success", "null_success", "swap_follow", "off_set")
+
+
+def run_dir(args: argparse.Namespace, condition: str, seed: int) -> Path:
+    return Path(args.runs) / condition / f"seed{seed}"
+
+
+def train_missing(args: argparse.Namespace, condition: str, seed: int) -> None:
+    """Train the run unless its final checkpoint is there."""
+    overrides, steps = CONDITIONS[condition]
+    where = run_dir(args, condition, seed)
+    if (where / "checkpoints" / f"step_{steps:06d}" / "state.pt").is_file():
+        return
+    run_marl(
+        [
+            "train",
+            *overrides,
+            f"seed={seed}",
+            "logging.progress=false",
+            "emergence.counterfactuals=0",  # measured here, on the checkpoints
+            "train.checkpoint_every=10",
+            f"hydra.run.dir={where}",
+        ],
+        args.threads,
+        f"{condition} seed {seed}",
+        log=where.parent / f"{where.name}.log",
+    )
+
+
+def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, Any]:
+    """The run's held-out success and exact listening measures at its measured steps."""
+    from marl.agents.backends import SamplingConfig
+    from marl.role_eval import load_pairs, pair_listening
+
+    _, steps = CONDITIONS[condition]
+    where = run_dir(args, condition, seed)
+    scalars = read_scalars(where / "tensorboard")
+    success = scalars.get("eval/success", [])
+    config = json.loads(json.dumps(_saved_config(where)))
+    sampling = SamplingConfig(
+        max_new_tokens=config["sampling"]["max_new_tokens"],
+        temperature=config["sampling"]["temperature"],
+    )
+    scenario = config["scenario"]["name"]
+    overrides = config["scenario"].get("overrides") or {}
+    points = [0, steps // 2, steps] if condition == "code" else [0, steps]
+    measured: dict[str, Any] = {}
+    for step in points:
+        cache = where / f"listening_{step}.json"
+        if cache.is_file():
+            measured[str(step)] = json.loads(cache.read_text())
+            continue
+        checkpoint = where / "checkpoints" / f"step_{step:06d}"
+        spec = f"s{seed}={checkpoint}" if checkpoint.is_dir() else f"s{seed}=model:smollm2"
+        pairs = load_pairs([spec])
+        result = pair_listening(
+            pairs,
+            scenario,
+            overrides,
+            episodes=args.listening_episodes,
+            counterfactuals=args.counterfactuals,
+            seed=args.eval_seed,
+            sampling=sampling,
+            response_prefix=bool(config["sampling"].get("response_prefix")),
+        )[f"s{seed}"]
+        result["checkpoint"] = spec.split("=", 1)[1]
+        cache.write_text(json.dumps(_finite(result)))
+        measured[str(step)] = result
+    return {
+        "condition": condition,
+        "seed": seed,
+        "command": run_command(where),
+        "heldout_success": {"before": success[0], "after": success[-1]} if success else None,
+        "speaker_mi": _last(scalars, "emergence/speaker/speaker_mi"),
+        "listening": {
+            step: {m: (v["summary"].get(m) or {}).get("mean") for m in METRICS}
+            for step, v in measured.items()
+        },
+    }
+
+
+def _saved_config(where: Path) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load((where / "config.yaml").read_text())
+
+
+def _last(scalars: dict[str, list[float]], tag: str) -> float | None:
+    values = scalars.get(tag)
+    return values[-1] if values else None
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float):
+        return None if math.isnan(x) else x
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def clustered(values: list[float | None]) -> dict[str, float] | None:
+    """Seed-clustered mean and 95% interval (one value per seed)."""
+    kept = [v for v in values if v is not None]
+    if not kept:
+        return None
+    mean, low, high = seed_clustered([[v] for v in kept])
+    return {"mean": mean, "low": low, "high": high, "seeds": len(kept)}
+
+
+def paired(before: list[float | None], after: list[float | None]) -> dict[str, float] | None:
+    """The mean after - before over seeds, with its paired 95% t-interval."""
+    diffs = [a - b for a, b in zip(after, before) if a is not None and b is not None]
+    if len(diffs) < 2:
+        return None
+    mean, low, high = mean_interval(diffs)
+    return {"mean": mean, "low": low, "high": high, "seeds": len(diffs)}
+
+
+def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
+    mine = [r for r in runs if r["condition"] == condition]
+    if not mine:
+        return {}
+    _, steps = CONDITIONS[condition]
+    out: dict[str, Any] = {"seeds": [r["seed"] for r in mine]}
+    before = [(r["heldout_success"] or {}).get("before") for r in mine]
+    after = [(r["heldout_success"] or {}).get("after") for r in mine]
+    out["heldout_success"] = {
+        "before": clustered(before),
+        "after": clustered(after),
+        "change": paired(before, after),
+    }
+    out["speaker_mi"] = clustered([r["speaker_mi"] for r in mine])
+    for step in sorted({s for r in mine for s in r["listening"]}, key=int):
+        out[f"listening_{step}"] = {
+            m: clustered([(r["listening"].get(step) or {}).get(m) for r in mine]) for m in METRICS
+        }
+    first, last = "0", str(steps)
+    out["cic_change"] = paired(
+        [(r["listening"].get(first) or {}).get("cic") for r in mine],
+        [(r["listening"].get(last) or {}).get("cic") for r in mine],
+    )
+    return out
+
+
+def _fmt(x: dict[str, float] | None, digits: int = 2) -> str:
+    if not x:
+        return "-"
+    if math.isnan(x["low"]):
+        return f"{x['mean']:.{digits}f}"
+    return f"{x['mean']:.{digits}f} [{x['low']:.{digits}f}, {x['high']:.{digits}f}]"
+
+
+def markdown(table: dict[str, Any], args: argparse.Namespace) -> str:
+    lines = [
+        f"Seed-clustered means with 95% t-intervals over seeds. Held-out success: "
+        f"{64} scenarios per run; listening measures: {args.listening_episodes} held-out "
+        f"scenarios, K = {args.counterfactuals} speaker replies each.",
+        "",
+        "| condition | seeds | held-out success before -> after | change (paired) | "
+        "CIC before -> after (bits) | influence after | swap followed after | "
+        "null-message success after | speaker MI after (bits) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for condition in CONDITIONS:
+        a = table.get(condition)
+        if not a:
+            continue
+        _, steps = CONDITIONS[condition]
+        s = a["heldout_success"]
+        before, after = a.get("listening_0", {}), a.get(f"listening_{steps}", {})
+        lines.append(
+            f"| {condition} | {len(a['seeds'])} | {_fmt(s['before'])} -> {_fmt(s['after'])} | "
+            f"{_fmt(s['change'])} | {_fmt(before.get('cic'))} -> {_fmt(after.get('cic'))} | "
+            f"{_fmt(after.get('influence'))} | {_fmt(after.get('swap_follow'))} | "
+            f"{_fmt(after.get('null_success'))} | {_fmt(a['speaker_mi'])} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(path: Path, runs: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for condition, colour in zip(CONDITIONS, ("C0", "C1", "C2", "C3")):
+        mine = [r for r in runs if r["condition"] == condition]
+        for r in mine:
+            steps = sorted(r["listening"], key=int)
+            xs = [int(s) for s in steps]
+            axes[0].plot(
+                xs, [r["listening"][s]["success"] for s in steps], color=colour, alpha=0.5
+            )
+            axes[1].plot(xs, [r["listening"][s]["cic"] for s in steps], color=colour, alpha=0.5)
+        axes[0].plot([], [], color=colour, label=condition)
+    axes[0].axhline(0.25, color="grey", linestyle=":", label="chance")
+    axes[0].set(xlabel="RL updates", ylabel="exact success (held-out)", ylim=(0, 1.02))
+    axes[1].set(xlabel="RL updates", ylabel="CIC (bits)", ylim=(0, 2.05))
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    from marl.agents.backends import SamplingConfig
+    from marl.role_eval import load_pairs, role_crossplay, write_tables
+
+    _, steps = CONDITIONS["warmup_rl"]
+    specs = [
+        f"seed{s}={run_dir(args, 'warmup_rl', s) / 'checkpoints' / f'step_{steps:06d}'}"
+        for s in args.seeds
+        if (run_dir(args, "warmup_rl", s) / "checkpoints" / f"step_{steps:06d}").is_dir()
+    ]
+    if not specs:
+        return []
+    config = _saved_config(run_dir(args, "warmup_rl", args.seeds[0]))
+    pairs = load_pairs([*specs, "base=model:smollm2"])
+    cells = role_crossplay(
+        pairs,
+        config["scenario"]["name"],
+        config["scenario"].get("overrides") or {},
+        episodes=args.crossplay_episodes,
+        seed=args.eval_seed,
+        sampling=SamplingConfig(
+            max_new_tokens=config["sampling"]["max_new_tokens"],
+            temperature=config["sampling"]["temperature"],
+        ),
+        response_prefix=bool(config["sampling"].get("response_prefix")),
+    )
+    write_tables(out, cells, {})
+    return cells
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--runs", default=str(ROOT / "runs" / "signal5"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "listening"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--listening-episodes", type=int, default=16)
+    parser.add_argument("--counterfactuals", type=int, default=8)
+    parser.add_argument("--crossplay-episodes", type=int, default=64)
+    parser.add_argument("--eval-seed", type=int, default=0)
+    parser.add_argument("--no-train", action="store_true", help="measure the runs there only")
+    parser.add_argument("--no-crossplay", action="store_true")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for condition in args.conditions:
+        for seed in args.seeds:
+            if not args.no_train:
+                train_missing(args, condition, seed)
+            if not (run_dir(args, condition, seed) / "tensorboard").is_dir():
+                print(f"  {condition} seed {seed}: no run, left out", flush=True)
+                continue
+            print(f"  measuring {condition} seed {seed}", flush=True)
+            runs.append(measure(args, condition, seed))
+    table = {c: aggregate(runs, c) for c in args.conditions}
+    cells = [] if args.no_crossplay else crossplay(args, out)
+    text = markdown(table, args)
+    if cells:
+        text += "\n\nCross-play (warmup_rl pairs and the base model):\n\n"
+        text += (out / "crossplay_roles.md").read_text()
+    payload = {"args": vars(args), "runs": runs, "table": table, "crossplay": cells}
+    (out / "summary.json").write_text(json.dumps(_finite(payload), indent=1))
+    (out / "table.md").write_text(text + "\n")
+    plot(out / "curves.png", runs)
+    print(text)
+    print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
+
+
+if __name__ == "__main__":
+    main()
