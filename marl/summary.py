@@ -14,6 +14,7 @@ evaluation against the run's first one, and among the finals.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,8 @@ EVAL_EPISODES = "eval/episodes"
 MI_SUFFIX = "/speaker_mi_content"
 RATE_SUFFIX = "/message_rate"
 INFLUENCE_SUFFIX = "/influence_action"
+LISTENING = "eval/listening/"
+CIC = LISTENING + "cic"
 ENDINGS = (MI_SUFFIX, INFLUENCE_SUFFIX, RATE_SUFFIX)
 
 
@@ -39,6 +42,11 @@ def final_value(tag: str, points: Sequence[tuple[int, float]], last: int = 3) ->
     ``last``; for ``eval/*`` tags (logged only at evaluations) the last evaluation."""
     tail = points[-1:] if tag.startswith("eval/") else points[-last:]
     return fmean(v for _, v in tail)
+
+
+def _listening(key: str) -> bool:
+    """The exact listening measures and their intervals (``eval/listening/*``)."""
+    return key.startswith(LISTENING)
 
 
 class RunSummary:
@@ -55,7 +63,7 @@ class RunSummary:
         """Keep this iteration's headline metrics."""
         for key, value in metrics.items():
             headline = (SUCCESS, REWARD, PARSE_FAILURES, EVAL_SUCCESS, EVAL_REWARD, EVAL_EPISODES)
-            if key in headline or key in PAIRED or key.endswith(ENDINGS):
+            if key in headline or key in PAIRED or key.endswith(ENDINGS) or _listening(key):
                 self.history[key].append((step, float(value)))
 
     def add_evaluation(self, step: int, successes: dict[int, bool] | None) -> dict[str, float]:
@@ -137,12 +145,47 @@ class RunSummary:
                 rate = self.history.get(f"emergence/{agent}{RATE_SUFFIX}", [])
                 if rate and not any(v > 0 for _, v in rate):
                     continue  # an agent that never had anyone to talk to signals nothing
-                out.append(f"speaker MI ({agent}, words): start {start:.2f} -> end {end:.2f} bits")
-            if key.endswith(INFLUENCE_SUFFIX) and "/edges/" in key:
+                out.append(
+                    f"speaker MI ({agent}, content words): start {start:.2f} -> end {end:.2f} bits"
+                )
+            if key.endswith(INFLUENCE_SUFFIX) and "/edges/" in key and not self.history.get(CIC):
                 start, end, _ = self._ends(key)
                 edge = key.split("/")[2]
-                out.append(f"listener influence ({edge}): start {start:.2f} -> end {end:.2f}")
+                out.append(
+                    f"listener influence ({edge}, sampled null message): start {start:.2f} -> "
+                    f"end {end:.2f}"
+                )
+        out += self._listening_lines()
         return out
+
+    def _listening_lines(self) -> list[str]:
+        """The exact listening measures (``eval/listening/*``) at the first and last held-out
+        evaluation, with their 95% t-intervals over scenarios."""
+        if not self.history.get(CIC):
+            return []
+
+        def at(name: str, index: int) -> str:
+            points = self.history.get(f"{LISTENING}{name}")
+            if not points:
+                return "-"
+            step, value = points[index]
+            low = dict(self.history.get(f"{LISTENING}{name}_low", [])).get(step, math.nan)
+            high = dict(self.history.get(f"{LISTENING}{name}_high", [])).get(step, math.nan)
+            if math.isnan(low):
+                return f"{value:.2f}"
+            return f"{value:.2f} [{low:.2f}, {high:.2f}]"
+
+        points = self.history[CIC]
+        head = f"after {points[0][0]} updates"
+        tail = f" -> after {points[-1][0]} updates" if len(points) > 1 else ""
+        lines = [
+            f"listening (held-out, exact; 95% t-intervals over scenarios): CIC {head} "
+            f"{at('cic', 0)}{tail}{' ' + at('cic', -1) if tail else ''} bits",
+            f"interventions {'after ' + str(points[-1][0]) + ' updates'}: message swap followed "
+            f"{at('swap_follow', -1)}, success with no message {at('null_success', -1)}, "
+            f"with the sent message {at('success', -1)}",
+        ]
+        return lines
 
     def plot(self, path: Path) -> Path | None:
         """A PNG of success (or reward), speaker MI and influence per iteration."""

@@ -33,8 +33,8 @@ def test_summary_start_end_and_plot(tmp_path: Path) -> None:
         )
     lines = "\n".join(summary.lines())
     assert "success: start 0.25" in lines and "end 0.92" in lines and "48 episodes" in lines
-    assert "speaker MI (speaker, words): start 0.50 -> end 1.83 bits" in lines
-    assert "listener influence (speaker->listener)" in lines
+    assert "speaker MI (speaker, content words): start 0.50 -> end 1.83 bits" in lines
+    assert "listener influence (speaker->listener, sampled null message)" in lines
     assert "perf/step_time" not in summary.history
     png = summary.plot(tmp_path / "curves.png")
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -85,3 +85,31 @@ def test_paired_comparison_uses_the_first_evaluation_and_only_binary_outcomes() 
     assert last["eval/paired/mcnemar_p"] == 1.0
     assert summary.add_evaluation(15, None) == {}  # no success defined: nothing to pair
     assert sorted(summary.evaluations) == [0, 5, 10]
+
+
+def test_the_exact_listening_measures_get_their_lines_with_intervals() -> None:
+    summary = RunSummary(episodes_per_step=16)
+    for step, (cic, follow) in ((0, (0.8, 0.5)), (20, (1.9, 0.95))):
+        summary.add(
+            step,
+            {
+                "eval/listening/cic": cic,
+                "eval/listening/cic_low": cic - 0.1,
+                "eval/listening/cic_high": cic + 0.1,
+                "eval/listening/swap_follow": follow,
+                "eval/listening/null_success": 0.25,
+                "eval/listening/success": 1.0,
+                "emergence/edges/speaker->listener/influence_action": 0.5,
+            },
+        )
+    lines = summary.lines()
+    assert (
+        "listening (held-out, exact; 95% t-intervals over scenarios): CIC after 0 updates "
+        "0.80 [0.70, 0.90] -> after 20 updates 1.90 [1.80, 2.00] bits"
+    ) in lines
+    assert (
+        "interventions after 20 updates: message swap followed 0.95, success with no message "
+        "0.25, with the sent message 1.00"
+    ) in lines
+    assert not any("sampled null message" in line for line in lines)  # the exact one replaces it
+    assert summary.finals()["final/eval/listening/cic"] == 1.9
