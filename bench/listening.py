@@ -16,8 +16,9 @@ For each run, the held-out success (64 scenarios, ``eval/success`` before the fi
 after the last) is read from its TensorBoard events, and its checkpoints are measured exactly
 with :func:`marl.role_eval.pair_listening` (CIC, influence, success, null message, message swap:
 docs/emergence.md) on ``--listening-episodes`` held-out scenarios: before RL (the step-0
-checkpoint after the warm-up, or the base model for ``rl``), after it, and for ``code`` also
-half-way. Each measurement is cached next to its checkpoint (``listening_<step>.json``).
+checkpoint after the warm-up, or the base model for ``rl``, measured once), after it, and for
+``code`` also half-way; ``cut`` after RL only. Each measurement is cached next to its
+checkpoint (``listening_<step>.json``).
 Headline numbers are seed-clustered: the mean of per-seed values with a t-interval over seeds
 (:func:`marl.stats.seed_clustered`); before/after differences are paired by seed.
 
@@ -97,15 +98,19 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     )
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
-    points = [0, steps // 2, steps] if condition == "code" else [0, steps]
+    points = {"code": [0, steps // 2, steps], "cut": [steps]}.get(condition, [0, steps])
     measured: dict[str, Any] = {}
     for step in points:
-        cache = where / f"listening_{step}.json"
+        checkpoint = where / "checkpoints" / f"step_{step:06d}"
+        # no step-0 checkpoint (no warm-up): RL starts from the base model, measured once
+        base = not checkpoint.is_dir()
+        cache = (
+            Path(args.runs) / f"base_{scenario}.json" if base else where / f"listening_{step}.json"
+        )
         if cache.is_file():
             measured[str(step)] = json.loads(cache.read_text())
             continue
-        checkpoint = where / "checkpoints" / f"step_{step:06d}"
-        spec = f"s{seed}={checkpoint}" if checkpoint.is_dir() else f"s{seed}=model:smollm2"
+        spec = f"s{seed}=model:smollm2" if base else f"s{seed}={checkpoint}"
         pairs = load_pairs([spec])
         result = pair_listening(
             pairs,
@@ -245,9 +250,7 @@ def plot(path: Path, runs: list[dict[str, Any]]) -> None:
         for r in mine:
             steps = sorted(r["listening"], key=int)
             xs = [int(s) for s in steps]
-            axes[0].plot(
-                xs, [r["listening"][s]["success"] for s in steps], color=colour, alpha=0.5
-            )
+            axes[0].plot(xs, [r["listening"][s]["success"] for s in steps], color=colour, alpha=0.5)
             axes[1].plot(xs, [r["listening"][s]["cic"] for s in steps], color=colour, alpha=0.5)
         axes[0].plot([], [], color=colour, label=condition)
     axes[0].axhline(0.25, color="grey", linestyle=":", label="chance")
@@ -298,7 +301,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--listening-episodes", type=int, default=16)
     parser.add_argument("--counterfactuals", type=int, default=8)
-    parser.add_argument("--crossplay-episodes", type=int, default=64)
+    parser.add_argument("--crossplay-episodes", type=int, default=48)
     parser.add_argument("--eval-seed", type=int, default=0)
     parser.add_argument("--no-train", action="store_true", help="measure the runs there only")
     parser.add_argument("--no-crossplay", action="store_true")
