@@ -1,4 +1,5 @@
-"""The communication experiment of docs/communication.md: do SmolLM2 agents learn to talk?
+"""The 2026-11-25 communication experiment of docs/communication.md (full model per agent, 3
+seeds); bench/listening.py is the 5-seed experiment with the exact listening measures.
 
 Runs ``marl train`` on signal (SmolLM2-135M, this CPU) under several conditions and seeds, one
 run at a time, reads each run's TensorBoard events back, and writes a table (mean and 95%
@@ -10,7 +11,11 @@ Conditions (``--conditions``):
                     listener is imitated: it learns to pick what it hears; the speaker, who
                     knows the answer, is not trained), then RL. Its first iteration's rollout,
                     before any RL update, is "warm-up alone".
-  warmup_rl_noedge  the same with no speaker->listener edge: the control.
+  warmup_rl_noedge  the same with the speaker->listener edge cut (``graph.cut``): the
+                    control. The speaker still talks and is measured; nothing is delivered.
+                    (Until 2026-11-26 this removed the edge, and with it the speaker's talk
+                    turns, so its MI was 0 by construction: the results of 2026-11-25 in
+                    docs/communication.md were made that way.)
   format_warmup_rl  both agents imitate the format bot (markup, random content), then RL.
   rule_warmup       both agents imitate the rule bots (teaches the answer; a reference, no RL).
 
@@ -39,7 +44,7 @@ SUCCESS = "team/success"
 MI = "emergence/speaker/speaker_mi_content"
 INFLUENCE = "emergence/edges/speaker->listener/influence_action"
 LISTENER_OK = "agents/listener/parse_failure_rate"
-NO_EDGE = "+scenario.overrides={graph: {topology: random, p: 0.0}}"
+NO_EDGE = "+scenario.overrides={graph: {cut: [[speaker, listener]]}}"
 
 
 def condition_args(name: str, warmup_steps: int) -> list[str]:
