@@ -33,20 +33,29 @@ MI_SUFFIX = "/speaker_mi_content"
 RATE_SUFFIX = "/message_rate"
 INFLUENCE_SUFFIX = "/influence_action"
 LISTENING = "eval/listening/"
+EXPLOITABILITY = (
+    "league/exploitability",
+    "league/nash_conv",
+    "eval/chips_vs_nash",
+    "eval/chips_vs_random",
+)
 CIC = LISTENING + "cic"
 ENDINGS = (MI_SUFFIX, INFLUENCE_SUFFIX, RATE_SUFFIX)
 
 
 def final_value(tag: str, points: Sequence[tuple[int, float]], last: int = 3) -> float:
     """A run's final value of a metric from its (step, value) points: the mean of the last
-    ``last``; for ``eval/*`` tags (logged only at evaluations) the last evaluation."""
-    tail = points[-1:] if tag.startswith("eval/") else points[-last:]
+    ``last``; for ``eval/*`` tags (logged only at evaluations) and the exact exploitability
+    the last measurement."""
+    # measured at evaluations (or repeated between exact scorings): the last measurement
+    tail = points[-1:] if tag.startswith("eval/") or tag in EXPLOITABILITY else points[-last:]
     return fmean(v for _, v in tail)
 
 
 def _listening(key: str) -> bool:
-    """The exact listening measures and their intervals (``eval/listening/*``)."""
-    return key.startswith(LISTENING)
+    """The exact listening measures and their intervals (``eval/listening/*``), and the exact
+    exploitability of a game with a tree (Kuhn Poker: ``league/exploitability`` and the rest)."""
+    return key.startswith(LISTENING) or key in EXPLOITABILITY
 
 
 class RunSummary:
@@ -156,6 +165,18 @@ class RunSummary:
                     f"end {end:.2f}"
                 )
         out += self._listening_lines()
+        if self.history.get(EXPLOITABILITY[0]):
+            start, end = self.history[EXPLOITABILITY[0]][0], self.history[EXPLOITABILITY[0]][-1]
+            line = (
+                f"exploitability (exact, chips a hand; uniform random 0.458, Nash 0): after "
+                f"{start[0]} updates {start[1]:.3f} -> after {end[0]} updates {end[1]:.3f}"
+            )
+            for tag in EXPLOITABILITY[2:]:
+                if self.history.get(tag):
+                    line += (
+                        f"; {tag.split('/')[-1].replace('_', ' ')} {self.history[tag][-1][1]:+.3f}"
+                    )
+            out.append(line)
         return out
 
     def _listening_lines(self) -> list[str]:

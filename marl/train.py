@@ -191,7 +191,9 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         _listen(listen, start, logger, summary)
         exploitability = exploitability_tracker(config, plan, runtime)
         if exploitability is not None:  # before the first update of this run
-            logger.scalars(exploitability.step(start, force=True), start)
+            scored = exploitability.step(start, force=True)
+            logger.scalars(scored, start)
+            summary.add(start, scored)
         for step in range(start, t.steps):
             began = time.perf_counter()
             matchup = None

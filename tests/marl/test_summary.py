@@ -113,3 +113,22 @@ def test_the_exact_listening_measures_get_their_lines_with_intervals() -> None:
     ) in lines
     assert not any("sampled null message" in line for line in lines)  # the exact one replaces it
     assert summary.finals()["final/eval/listening/cic"] == 1.9
+
+
+def test_exploitability_gets_a_line_and_finals() -> None:
+    summary = RunSummary(episodes_per_step=16)
+    for step, value in ((0, 0.458), (1, 0.458), (2, 0.2)):
+        summary.add(
+            step,
+            {
+                "league/exploitability": value,
+                "league/nash_conv": 2 * value,
+                "eval/chips_vs_nash": -0.1,
+                "eval/chips_vs_random": 0.05,
+            },
+        )
+    assert (
+        "exploitability (exact, chips a hand; uniform random 0.458, Nash 0): after 0 updates "
+        "0.458 -> after 2 updates 0.200; chips vs nash -0.100; chips vs random +0.050"
+    ) in summary.lines()
+    assert summary.finals()["final/league/exploitability"] == 0.2
