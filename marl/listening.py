@@ -413,6 +413,7 @@ def hf_scorer(
     from marl.agents.generation import _target
     from marl.agents.heads import head_ids, response_head
     from marl.agents.prompts import prompt_ids
+    from marl.policies import adapter_active
 
     def score(
         requests: Sequence[Any], texts: Sequence[Sequence[str]]
@@ -429,8 +430,13 @@ def hf_scorer(
                 raise RuntimeError(f"the response head {head!r} does not start {list(options)}")
             prompts.append(ids + head_ids(tokenizer, head))
             replies.append([t[len(head) :] for t in options])
-        with _adapter_active(model, adapter):
-            scores = action_scores(model, tokenizer, prompts, replies, temperature=temperature)
+        was_training = model.training
+        model.eval()  # no dropout while scoring
+        try:
+            with adapter_active(model, adapter):
+                scores = action_scores(model, tokenizer, prompts, replies, temperature=temperature)
+        finally:
+            model.train(was_training)
         probs = [
             [float(scores.probs[i, j]) for j in range(len(options))]
             for i, options in enumerate(replies)
@@ -438,33 +444,3 @@ def hf_scorer(
         return probs, [float(x) for x in scores.off_set]
 
     return score
-
-
-class _adapter_active:
-    """Within: ``model`` in eval mode with ``adapter`` active (``None`` or ``"__base__"``: no
-    adapter, for a peft model); restored after."""
-
-    def __init__(self, model: Any, adapter: str | None) -> None:
-        self.model, self.adapter = model, adapter
-        self.was_training = model.training
-        self.previous = (
-            getattr(model, "active_adapter", None) if hasattr(model, "peft_config") else None
-        )
-        self.disabled: Any = None
-
-    def __enter__(self) -> None:
-        self.model.eval()
-        if not hasattr(self.model, "peft_config"):
-            return
-        if self.adapter is None or self.adapter == "__base__":
-            self.disabled = self.model.disable_adapter()
-            self.disabled.__enter__()
-        elif self.adapter != self.previous:
-            self.model.set_adapter(self.adapter)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.disabled is not None:
-            self.disabled.__exit__(*exc)
-        elif self.previous is not None and self.adapter != self.previous:
-            self.model.set_adapter(self.previous)
-        self.model.train(self.was_training)

@@ -199,7 +199,7 @@ class InferencePolicies:
         model = backend.model  # type: ignore[attr-defined]
         adapter = getattr(backend, "adapter", None)
         s = config.sampling
-        with torch.no_grad(), _adapter_active(model, adapter):
+        with torch.no_grad(), adapter_active(model, adapter):
             values, _ = sequence_logprobs(
                 model,
                 [list(prompt_ids)],
@@ -212,12 +212,13 @@ class InferencePolicies:
 
 
 @contextmanager
-def _adapter_active(model: Any, adapter: str | None) -> Iterator[None]:
+def adapter_active(model: Any, adapter: str | None) -> Iterator[None]:
     """Run a forward pass of a (possibly peft-wrapped) model with ``adapter`` only, or with no
-    adapter at all for ``None``."""
+    adapter at all for ``None`` (or peft's ``"__base__"``). The active adapter stays set after
+    (a learner activates its own before it trains: :meth:`PolicyLearner.activate`)."""
     if not hasattr(model, "peft_config"):
         yield
-    elif adapter is None:
+    elif adapter is None or adapter == "__base__":
         with model.disable_adapter():
             yield
     else:
