@@ -274,6 +274,11 @@ def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     ]
     if not specs:
         return []
+    names = [spec.split("=", 1)[0] for spec in specs] + ["base"]
+    cached = _cached_cells(out / "crossplay_roles.csv", names, args.crossplay_episodes)
+    if cached:
+        print(f"  cross-play: reusing {out / 'crossplay_roles.csv'}", flush=True)
+        return cached
     config = _saved_config(run_dir(args, "warmup_rl", args.seeds[0]))
     pairs = load_pairs([*specs, "base=model:smollm2"])
     cells = role_crossplay(
@@ -290,6 +295,25 @@ def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     )
     write_tables(out, cells, {})
     return cells
+
+
+def _cached_cells(path: Path, names: list[str], episodes: int) -> list[dict[str, Any]]:
+    """The cells of an earlier cross-play of exactly these pairs and episodes, else []."""
+    import csv
+
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    wanted = {(s, x) for s in names for x in names}
+    if {(r["speaker"], r["listener"]) for r in rows} != wanted or any(
+        int(r["episodes"]) != episodes for r in rows
+    ):
+        return []
+    numbers = ("success", "success_lo", "success_hi")
+    return [
+        {**r, "episodes": int(r["episodes"]), **{k: float(r[k]) for k in numbers}} for r in rows
+    ]
 
 
 def main() -> None:
