@@ -23,7 +23,7 @@ Headline numbers are seed-clustered: the mean of per-seed values with a t-interv
 (:func:`marl.stats.seed_clustered`); before/after differences are paired by seed.
 
 Cross-play: the five ``warmup_rl`` pairs and the base model, every speaker with every listener,
-``--crossplay-episodes`` held-out scenarios per cell (:func:`marl.role_eval.role_crossplay`).
+``--crossplay-episodes`` (24) held-out scenarios per cell (:func:`marl.role_eval.role_crossplay`).
 
     .venv/bin/python bench/listening.py                  # train what is missing, then measure
     .venv/bin/python bench/listening.py --conditions warmup_rl --seeds 0   # one run
@@ -325,7 +325,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--listening-episodes", type=int, default=16)
     parser.add_argument("--counterfactuals", type=int, default=8)
-    parser.add_argument("--crossplay-episodes", type=int, default=48)
+    parser.add_argument("--crossplay-episodes", type=int, default=24)
     parser.add_argument("--eval-seed", type=int, default=0)
     parser.add_argument("--no-train", action="store_true", help="measure the runs there only")
     parser.add_argument("--no-crossplay", action="store_true")

@@ -145,35 +145,40 @@ def role_crossplay(
         backends[f"{p.name}/listener"] = p.listener
     rng = random.Random(f"{seed}:crossplay_roles")
     seeds = [rng.randrange(2**31) for _ in range(episodes)]
-    slots, cells = [], []
-    for s in pairs:
-        for ll in pairs:
-            cells.append((s.name, ll.name))
-            for k in seeds:
-                slots.append(
-                    EpisodeSlot(
-                        env=make(scenario, **overrides),
-                        seed=k,
-                        group_id=len(cells) - 1,
-                        episode_id=len(slots),
-                        policies={speaker: f"{s.name}/speaker", listener: f"{ll.name}/listener"},
-                    )
-                )
     sampling = sampling or SamplingConfig(max_new_tokens=12, temperature=1.0)
 
     def nobody(agent: str) -> str:
         raise RunError(f"eval: agent {agent!r} has no policy (a bug: every seat is assigned)")
 
-    result = run_episodes(
-        slots, backends, nobody, sampling, seed=seed, response_prefix=response_prefix
-    )
-    rows = []
-    for c, (s_name, l_name) in enumerate(cells):
-        outcomes = [e.success for e, slot in zip(result.episodes, slots) if slot.group_id == c]
-        if any(o is None for o in outcomes):
-            raise RunError(
-                f"eval: --listening needs a scenario with a success measure ({scenario})"
+    outcomes_of: dict[tuple[str, str], list[Any]] = {}
+    for row, s in enumerate(pairs):  # one batched rollout per speaker: memory stays bounded
+        slots = [
+            EpisodeSlot(
+                env=make(scenario, **overrides),
+                seed=k,
+                group_id=col,
+                episode_id=col * len(seeds) + i,
+                policies={speaker: f"{s.name}/speaker", listener: f"{ll.name}/listener"},
             )
+            for col, ll in enumerate(pairs)
+            for i, k in enumerate(seeds)
+        ]
+        result = run_episodes(
+            slots,
+            backends,
+            nobody,
+            sampling,
+            seed=seed * 1_000_003 + row,
+            response_prefix=response_prefix,
+        )
+        for col, ll in enumerate(pairs):
+            outcomes_of[(s.name, ll.name)] = [
+                e.success for e, slot in zip(result.episodes, slots) if slot.group_id == col
+            ]
+    rows = []
+    for (s_name, l_name), outcomes in outcomes_of.items():
+        if any(o is None for o in outcomes):
+            raise RunError(f"eval: --listening needs a success measure; {scenario} has none")
         rate = fmean(outcomes)  # type: ignore[arg-type]
         low, high = wilson(rate * len(outcomes), len(outcomes))
         rows.append(
