@@ -406,9 +406,11 @@ def hf_scorer(
     temperature: float = 1.0,
     response_prefix: bool = False,
     max_prompt_tokens: int | None = None,
+    chunk: int = 16,
 ) -> Scorer:
     """The listener's exact distributions from an HF backend (a view of a shared base scores
-    with its adapter active; the model's active adapter and train/eval mode are restored)."""
+    with its adapter active; the model's train/eval mode is restored). ``chunk`` prompts are
+    scored at a time, which bounds the memory of the logits."""
     from marl.agents.action_scores import action_scores
     from marl.agents.generation import _target
     from marl.agents.heads import head_ids, response_head
@@ -432,15 +434,26 @@ def hf_scorer(
             replies.append([t[len(head) :] for t in options])
         was_training = model.training
         model.eval()  # no dropout while scoring
+        probs: list[list[float]] = []
+        off: list[float] = []
         try:
             with adapter_active(model, adapter):
-                scores = action_scores(model, tokenizer, prompts, replies, temperature=temperature)
+                for start in range(0, len(prompts), chunk):  # the logits are (B, T, V)
+                    part = replies[start : start + chunk]
+                    scores = action_scores(
+                        model,
+                        tokenizer,
+                        prompts[start : start + chunk],
+                        part,
+                        temperature=temperature,
+                    )
+                    probs += [
+                        [float(scores.probs[i, j]) for j in range(len(options))]
+                        for i, options in enumerate(part)
+                    ]
+                    off += [float(x) for x in scores.off_set]
         finally:
             model.train(was_training)
-        probs = [
-            [float(scores.probs[i, j]) for j in range(len(options))]
-            for i, options in enumerate(replies)
-        ]
-        return probs, [float(x) for x in scores.off_set]
+        return probs, off
 
     return score
