@@ -43,6 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
 
+from marl.role_eval import json_safe  # noqa: E402
 from marl.stats import mean_interval, seed_clustered  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +124,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
             response_prefix=bool(config["sampling"].get("response_prefix")),
         )[f"s{seed}"]
         result["checkpoint"] = spec.split("=", 1)[1]
-        cache.write_text(json.dumps(_finite(result)))
+        cache.write_text(json.dumps(json_safe(result)))
         measured[str(step)] = result
     return {
         "condition": condition,
@@ -147,16 +148,6 @@ def _saved_config(where: Path) -> dict[str, Any]:
 def _last(scalars: dict[str, list[float]], tag: str) -> float | None:
     values = scalars.get(tag)
     return values[-1] if values else None
-
-
-def _finite(x: Any) -> Any:
-    if isinstance(x, float):
-        return None if math.isnan(x) else x
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
 
 
 def clustered(values: list[float | None]) -> dict[str, float] | None:
@@ -352,7 +343,7 @@ def main() -> None:
         text += "\n\nCross-play (warmup_rl pairs and the base model):\n\n"
         text += (out / "crossplay_roles.md").read_text()
     payload = {"args": vars(args), "runs": runs, "table": table, "crossplay": cells}
-    (out / "summary.json").write_text(json.dumps(_finite(payload), indent=1))
+    (out / "summary.json").write_text(json.dumps(json_safe(payload), indent=1))
     (out / "table.md").write_text(text + "\n")
     plot(out / "curves.png", runs)
     print(text)

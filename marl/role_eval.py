@@ -36,6 +36,7 @@ from marl.stats import wilson
 
 __all__ = [
     "Pair",
+    "json_safe",
     "load_pairs",
     "pair_listening",
     "role_crossplay",
@@ -299,19 +300,19 @@ def write_tables(
         md = out / "listening.md"
         md.write_text("\n".join(lines) + "\n")
         js = out / "listening.json"
-        js.write_text(json.dumps(_finite(listening), indent=1))
+        js.write_text(json.dumps(json_safe(listening), indent=1))
         written += [md, js]
     return written
 
 
-def _finite(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
     """JSON without NaN: a NaN (no swap donor) becomes null."""
     if isinstance(x, float):
         return None if math.isnan(x) else x
     if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
+        return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
+        return [json_safe(v) for v in x]
     return x
 
 
