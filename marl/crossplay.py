@@ -725,7 +725,6 @@ def main(args: Sequence[str]) -> int:
     if ns.listening:
         return _listening_main(ns)
 
-    from marl.agents.backends import SamplingConfig
     from marl.scenarios.registry import make
 
     run = _first_run_config(ns.players)
@@ -739,13 +738,7 @@ def main(args: Sequence[str]) -> int:
 
         tree_of(scenario, overrides)  # refused here, before any model loads
     players = parse_players(ns.players, rules)
-    s = run.get("sampling") or {}
-    sampling = SamplingConfig(
-        max_new_tokens=ns.max_new_tokens or int(s.get("max_new_tokens", 48)),
-        temperature=ns.temperature if ns.temperature is not None else s.get("temperature", 1.0),
-        top_p=float(s.get("top_p", 1.0)),
-    )
-    response_prefix = bool(s.get("response_prefix", False))
+    sampling, response_prefix = _sampling(run, ns)
     backends = build_backends(players)
     mode, played = crossplay(
         players,
@@ -788,7 +781,6 @@ def main(args: Sequence[str]) -> int:
 
 def _listening_main(ns: argparse.Namespace) -> int:
     """``marl eval --listening``: :mod:`marl.role_eval`'s cross-play and exact measures."""
-    from marl.agents.backends import SamplingConfig
     from marl.role_eval import load_pairs, pair_listening, role_crossplay, write_tables
 
     if ns.exploitability:
@@ -801,13 +793,7 @@ def _listening_main(ns: argparse.Namespace) -> int:
         raise RunError("eval: no --scenario given and no checkpoint to take it from")
     overrides = {} if ns.scenario else dict((run.get("scenario") or {}).get("overrides") or {})
     pairs = load_pairs(ns.players)
-    s = run.get("sampling") or {}
-    sampling = SamplingConfig(
-        max_new_tokens=ns.max_new_tokens or int(s.get("max_new_tokens", 48)),
-        temperature=ns.temperature if ns.temperature is not None else s.get("temperature", 1.0),
-        top_p=float(s.get("top_p", 1.0)),
-    )
-    prefix = bool(s.get("response_prefix", False))
+    sampling, prefix = _sampling(run, ns)
     cells = role_crossplay(
         pairs,
         scenario,
@@ -835,6 +821,20 @@ def _listening_main(ns: argparse.Namespace) -> int:
             print(path.read_text())
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def _sampling(run: dict[str, Any], ns: argparse.Namespace) -> tuple[Any, bool]:
+    """The first checkpoint's sampling settings (``--max-new-tokens`` and ``--temperature``
+    override them) and whether its replies start with a response head."""
+    from marl.agents.backends import SamplingConfig
+
+    s = run.get("sampling") or {}
+    sampling = SamplingConfig(
+        max_new_tokens=ns.max_new_tokens or int(s.get("max_new_tokens", 48)),
+        temperature=ns.temperature if ns.temperature is not None else s.get("temperature", 1.0),
+        top_p=float(s.get("top_p", 1.0)),
+    )
+    return sampling, bool(s.get("response_prefix", False))
 
 
 def _first_run_config(specs: Sequence[str]) -> dict[str, Any]:
