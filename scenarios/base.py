@@ -35,7 +35,12 @@ MAX_ACTION_CHARS = 20_000
 
 @dataclass
 class TurnLog:
-    """What one agent wrote in one round and what became of it (for transcripts and logs)."""
+    """What one agent wrote in one round and what became of it (for transcripts and logs).
+
+    idle:  the agent could neither act nor talk that round (nothing was generated for it).
+    notes: what the rules reported after this turn, for the transcript only
+           (:attr:`RoundResult.notes`).
+    """
 
     round: int
     agent: str
@@ -45,6 +50,8 @@ class TurnLog:
     violations: list[Violation]
     parse_errors: list[str]
     invalid_action: str | None = None
+    idle: bool = False
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -272,6 +279,7 @@ class TextScenarioEnv(ParallelEnv):
                 delivered,
                 violations,
                 list(result.errors),
+                idle=not needs[agent] and not self.neighbours(agent),
             )
         for message in deliveries:
             state.outbox[message.sender].append(message)
@@ -281,6 +289,9 @@ class TextScenarioEnv(ParallelEnv):
         act = {a: (parsed[a].action if needs[a] else None) for a in agents}
         last_round = rnd + 1 >= spec.rounds
         outcome = rules.step(act, rnd, last_round)
+        for agent, notes in outcome.notes.items():
+            if agent in turn_logs:
+                turn_logs[agent].notes = list(notes)
         for agent, reason in outcome.invalid.items():
             if agent in turn_logs:
                 turn_logs[agent].invalid_action = reason

@@ -58,6 +58,10 @@ class RoundResult:
     team:       the team payoff this round; ``None`` means the mean of ``individual``.
     invalid:    agents whose action was not valid, with the reason (they get the penalty).
     done:       the episode is over.
+    public_events: lines every agent sees from now on (the observation's ``Events:``).
+    notes:      lines for the transcript only, by the agent whose turn they follow (what the
+                game said after its move: a board, the cards dealt, why the game ended); no
+                agent is shown them through this field.
     """
 
     individual: dict[str, float] = field(default_factory=dict)
@@ -65,6 +69,7 @@ class RoundResult:
     invalid: dict[str, str] = field(default_factory=dict)
     done: bool = False
     public_events: list[str] = field(default_factory=list)
+    notes: dict[str, list[str]] = field(default_factory=dict)
 
 
 class Rules:

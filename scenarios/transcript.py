@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from marl.protocols.graphs import edge_list
+from marl.protocols.markup import IDLE_REPLY
 
 if TYPE_CHECKING:
-    from marl.scenarios.base import TextScenarioEnv
+    from marl.scenarios.base import TextScenarioEnv, TurnLog
 
 
 def _indent(text: str, prefix: str = "    | ") -> str:
@@ -28,14 +29,28 @@ def render_header(env: TextScenarioEnv) -> str:
     ).rstrip("\n")
 
 
+def _waited(turn: TurnLog) -> bool:
+    """An idle agent's placeholder reply, with nothing else to show: left out of transcripts."""
+    return (
+        turn.idle
+        and turn.completion.strip() == IDLE_REPLY
+        and not (turn.delivered or turn.violations or turn.parse_errors or turn.invalid_action)
+        and not turn.notes
+    )
+
+
 def render_transcript(env: TextScenarioEnv, show_completions: bool = True) -> str:
-    """The whole episode so far: every completion, delivery, violation and the returns."""
+    """The whole episode so far: every completion, delivery, violation, the rules' notes (the
+    game's own lines after a move) and the returns. An idle agent's ``ACTION: wait`` (nothing
+    was generated for it) is left out."""
     lines = []
     current_round = -1
     for turn in env.log:
         if turn.round != current_round:
             current_round = turn.round
             lines.append(f"--- round {turn.round + 1} ---")
+        if _waited(turn):
+            continue
         lines.append(f"{turn.agent}:")
         if show_completions:
             lines.append(_indent(turn.completion.strip()))
@@ -49,6 +64,8 @@ def render_transcript(env: TextScenarioEnv, show_completions: bool = True) -> st
             lines.append(f"    action: {turn.action}")
         if turn.invalid_action:
             lines.append(f"    !! invalid action: {turn.invalid_action}")
+        for note in turn.notes:
+            lines.append(_indent(note, "    : "))
     returns = env.returns
     lines.append("--- result ---")
     lines.append("returns: " + ", ".join(f"{a}={returns[a]:+.3f}" for a in env.possible_agents))

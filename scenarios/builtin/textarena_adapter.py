@@ -15,7 +15,14 @@ wrappers, so its observations and its handling of a move are TextArena's own:
   ``e.g. '[0 3]'``) and ``<placeholder>`` brackets are dropped: small models copy examples
   instead of playing (docs/communication.md). The move format itself stays.
 - **Actions.** The whole reply is the move (``free_text_action``), as TextArena expects; an
-  ``ACTION:`` line, when there is one, is the move instead.
+  ``ACTION:`` line, when there is one, is the move instead. TextArena shows the move to the
+  opponent as ``[Player N] <move>``, so a move is made one line of plain text first
+  (:func:`one_line_move`): line breaks and control characters become spaces, and a tag the game
+  writes (``[GAME]``, ``[Player 1]``) becomes ``(GAME)``, so no move can pass for a line of the
+  game's.
+- **Transcripts.** After each move the game's own lines (the board, the cards dealt, the result
+  of a hand) and, at the end, why the game ended are the mover's turn's notes
+  (:attr:`~marl.scenarios.rules.RoundResult.notes`), labelled with who was shown them.
 - **Rewards.** TextArena's final rewards are the payoffs (+1 win, -1 loss, 0 draw in every
   supported game); the YAML's cooperation 0 makes the returns +2/-2 or 0/0, summing to zero. A
   game still running at the round bound ends as a draw.
@@ -29,7 +36,8 @@ wrappers, so its observations and its handling of a move are TextArena's own:
 extra to install (:func:`marl.scenarios.registry.register_unavailable`).
 
 Version history:
-- v0: first version (2026-11-25).
+- v0: first version (2026-11-25). 2026-12: a move is one line of plain text (what TextArena
+  shows the opponent), and the game's lines after a move are transcript notes.
 """
 
 from __future__ import annotations
@@ -61,6 +69,27 @@ MAX_MOVE_CHARS = 4000  # a move longer than this is cut before TextArena sees it
 _EXAMPLE = re.compile(r"\be\.g\.|\bfor example\b|\bfor instance\b|\bsuch as\b", re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"<([^<>\n]{1,40})>")
 _ADMIN_REASON = re.compile(r"attempted an invalid move\. Reason: (.*?)(?: Please resubmit|$)", re.S)
+# line and paragraph breaks, other control characters, and the invisible format characters
+# (zero-width, bidirectional overrides) that could make text read as a line of its own
+_BREAKS = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]+")
+_GAME_TAG = re.compile(r"\[\s*(game|player\s*\d+)\s*\]", re.IGNORECASE)
+GAME_ID = -1  # TextArena's sender id of the game's own messages (textarena.GAME_ID)
+
+
+def one_line_move(move: str, roles: Sequence[str] = ()) -> str:
+    """``move`` as one line of plain text that cannot pass for a line of the game's.
+
+    Runs of whitespace, control and invisible format characters become one space, and a tag the
+    game writes before its own lines (``[GAME]``, ``[Player 1]``, and any name in ``roles``, in
+    any case and spacing) gets round brackets instead: ``(GAME)``. Moves themselves
+    (``[4]``, ``[col 3]``, ``[Offer: ...]``) are left as they are."""
+    text = _BREAKS.sub(" ", move).strip()
+    text = _GAME_TAG.sub(lambda m: f"({m.group(1).strip()})", text)
+    for role in roles:
+        if role and role.strip():
+            tag = re.compile(r"\[\s*" + re.escape(role.strip()) + r"\s*\]", re.IGNORECASE)
+            text = tag.sub(f"({role.strip()})", text)
+    return text
 
 
 def strip_examples(text: str) -> str:
@@ -288,9 +317,11 @@ class TextArenaRules(Rules):
             return result
         player = self.player_of[mover]
         move = actions.get(mover)
-        move = move[:MAX_MOVE_CHARS] if isinstance(move, str) else ""
         state = self.env.state
+        roles = [str(r) for r in (getattr(state, "role_mapping", None) or {}).values()]
+        move = one_line_move(move[:MAX_MOVE_CHARS], roles) if isinstance(move, str) else ""
         turn_before = getattr(state, "turn", None)
+        seen = _pending(state)
         try:
             with self._game_random():
                 done, _ = self.env.step(action=move)
@@ -302,7 +333,9 @@ class TextArenaRules(Rules):
                 f"TextArena could not play the move ({type(exc).__name__}: {line})"
             )
             self._forfeit(result, mover)
+            result.notes[mover] = [self.ending]
             return result
+        notes = self._game_lines(state, seen)
         reason = _invalid_reason(state, player)
         game_info = getattr(state, "game_info", {}) or {}
         flagged = bool(game_info.get(player, {}).get("invalid_move"))
@@ -314,7 +347,34 @@ class TextArenaRules(Rules):
             self._finish(result, "The round limit was reached before the game ended: a draw.")
         else:
             self._observe()
+        result.notes[mover] = [*notes, self.ending] if self.over else notes
         return result
+
+    def _game_lines(self, state: Any, seen: tuple[int, dict[int, int]]) -> list[str]:
+        """The game's own messages since ``seen`` (:func:`_pending`), in the game's order, each
+        ``[GAME] <message>`` when every player was shown it, else ``[GAME -> <agents>] ...``.
+        The players' moves, which TextArena echoes too, are left out (the transcript has them).
+        """
+        logged, pending = seen
+        logs = list(getattr(state, "logs", None) or [])[logged:]
+        new = {
+            pid: [item[1] for item in items[pending.get(pid, 0) :] if item[0] == GAME_ID]
+            for pid, items in (getattr(state, "observations", None) or {}).items()
+        }
+        lines = []
+        for sender, message in logs:
+            if sender != GAME_ID:
+                continue
+            shown = [pid for pid, messages in new.items() if message in messages]
+            for pid in shown:
+                new[pid].remove(message)
+            if not shown or len(shown) == len(self.agents):
+                label = "GAME"
+            else:
+                names = ", ".join(self.agents[p] for p in shown if 0 <= p < len(self.agents))
+                label = f"GAME -> {names}"
+            lines.append(f"[{label}] {str(message).strip()}")
+        return lines
 
     def _forfeit(self, result: RoundResult, loser: str) -> None:
         """End the game against ``loser``: -1 for it, the +1 shared by the others."""
@@ -355,6 +415,14 @@ def _render(observation: Any) -> str:
         name = "GAME" if sender == -1 else f"Player {sender}"
         lines.append(f"[{name}] {message}")
     return "\n".join(lines)
+
+
+def _pending(state: Any) -> tuple[int, dict[int, int]]:
+    """How far TextArena's log and each player's pending messages have got (what
+    :meth:`TextArenaRules._game_lines` reads on from)."""
+    logs = getattr(state, "logs", None) or []
+    observations = getattr(state, "observations", None) or {}
+    return len(logs), {pid: len(items) for pid, items in observations.items()}
 
 
 def _invalid_reason(state: Any, player: int) -> str | None:
