@@ -48,7 +48,8 @@ batch where every game was lost still has a negative advantage against a baselin
 remembers wins.)
 
 The sequence-level GSPO loss (Zheng et al. 2025) uses the ``"grpo"`` advantages; the choice
-between token- and sequence-level ratios lives in :func:`marl.credit.losses.policy_loss`.
+between token- and sequence-level ratios lives in the learner's policy-loss registry
+(:mod:`marl.losses`).
 
 Add an estimator with :func:`register_advantage`; names are unique.
 """

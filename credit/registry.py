@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from marl.credit.counterfactual import MODES, Generate, RecordedEpisode, Resimulator
 from marl.protocols.registry import Registry
 
@@ -124,21 +122,6 @@ class CreditResult:
     baseline: list[dict[str, float]] | None = None
     influence: list[dict[str, dict[str, float]]] | None = None
     stats: dict[str, int] = field(default_factory=dict)
-
-    def credit_tensor(self, agents: Sequence[str]) -> torch.Tensor:
-        """Credit as a tensor ``(E, N)`` in the order of ``agents``."""
-        return torch.tensor(
-            [[c[a] for a in agents] for c in self.credit], dtype=torch.float64
-        )  # (E, N)
-
-    def influence_tensor(self, agents: Sequence[str]) -> torch.Tensor:
-        """The influence matrices ``(E, N, N)``: ``[e, i, j]`` = i's effect on j's return."""
-        if self.influence is None:
-            raise ValueError(f"credit method {self.method!r} computes no influence matrix")
-        return torch.tensor(
-            [[[m[i][j] for j in agents] for i in agents] for m in self.influence],
-            dtype=torch.float64,
-        )  # (E, N, N)
 
 
 CreditFn = Callable[[Sequence[RecordedEpisode], "Resimulator | None", CreditConfig], CreditResult]

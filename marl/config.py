@@ -26,6 +26,7 @@ from marl.agents.models import ModelSpec
 from marl.credit.advantages import ADVANTAGES
 from marl.credit.registry import CreditConfig
 from marl.learner import UpdateSettings
+from marl.losses import AGGREGATIONS, POLICY_LOSSES
 
 
 class ConfigError(ValueError):
@@ -178,8 +179,9 @@ class AlgoConfig(UpdateSettings):
             raise ConfigError(ADVANTAGES.unknown_message(self.advantage, key="algo.advantage"))
         if not 0.0 <= self.baseline_decay < 1.0:
             raise ConfigError(f"algo.baseline_decay: must be in [0, 1), got {self.baseline_decay}")
-        _choice("algo.level", self.level, ("token", "sequence"))
-        _choice("algo.aggregation", self.aggregation, ("seq_mean", "token_mean", "constant"))
+        if self.level not in POLICY_LOSSES:
+            raise ConfigError(POLICY_LOSSES.unknown_message(self.level, key="algo.level"))
+        _choice("algo.aggregation", self.aggregation, AGGREGATIONS)
         _positive("algo.clip_eps", self.clip_eps)
         if self.clip_eps_high is not None:
             _positive("algo.clip_eps_high", self.clip_eps_high)

@@ -23,11 +23,11 @@ from marl.credit import (
     CreditResult,
     RecordedEpisode,
     Resimulator,
-    RoleBaselines,
-    apply_credit,
     compute_credit,
     is_counterfactual,
 )
+from marl.credit.advantages import RoleBaselines
+from marl.credit.apply import apply_credit
 from marl.credit.counterfactual import GenerationRequest
 from marl.credit.registry import engine_for
 from marl.rollout import RolloutResult
@@ -145,8 +145,8 @@ def credit_phase(
     normalisation. ``baselines`` and ``game`` serve the role estimator ``rae`` (the trainer owns
     the baselines; roles are ``(game, agent)``); its baselines are logged as
     ``credit/baseline/<agent>``. ``trainable``: only these policies' turns get advantages (the
-others, a league's frozen opponent, keep 0 and never reach a baseline or a group's
-statistics)."""
+    others, a league's frozen opponent, keep 0 and never reach a baseline or a group's
+    statistics)."""
     if computed is None:
         episodes = [record.recorded for record in rollout.episodes]
         if engine is not None:
@@ -171,7 +171,7 @@ statistics)."""
         prefix = f"{game}:"
         for key, value in sorted(baselines.baselines.items()):
             if key.startswith(prefix):
-                metrics[f"credit/baseline/{key[len(prefix):]}"] = value
+                metrics[f"credit/baseline/{key[len(prefix) :]}"] = value
     agents = sorted({a for c in result.credit for a in c})
     for agent in agents:
         metrics[f"credit/{agent}/mean"] = fmean(c[agent] for c in result.credit)

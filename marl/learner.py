@@ -9,7 +9,7 @@ One :meth:`Learner.update` on the N turns of an iteration that have a response:
 - **Mask.** Only tokens with ``TurnRecord.mask == 1`` count (the agent's own generated tokens):
   a token with mask 0 gets no gradient and is not counted by the aggregation.
 - **Normalisation.** A minibatch's loss is normalised over every turn in it
-  (:func:`marl.credit.losses.aggregation_denominator`: its responses for ``seq_mean``, its
+  (:func:`marl.losses.aggregation_denominator`: its responses for ``seq_mean``, its
   tokens for ``token_mean``, turns x ``max_new_tokens`` for ``constant``), whatever their
   advantages. A turn whose advantage is exactly 0 carries no policy gradient, so with
   ``beta == 0`` its forward pass is skipped: a pure speed-up that leaves the gradient as it is
@@ -19,7 +19,7 @@ One :meth:`Learner.update` on the N turns of an iteration that have a response:
 - **KL.** With ``beta > 0`` the k3 KL to the frozen reference compares the two models'
   untruncated (temperature only, no top-p) logprobs, finite for every token; the ratio uses the
   sampling distribution (temperature, then top-p) that the behaviour policy drew from. Both
-  log-ratios are clamped before ``exp`` (:data:`marl.credit.losses.LOG_RATIO_BOUND`), so a
+  log-ratios are clamped before ``exp`` (:data:`marl.losses.LOG_RATIO_BOUND`), so a
   token outside the nucleus gives no gradient rather than NaN.
 - **Non-finite values.** Before each optimizer step the loss and the clipped gradients are
   checked, after it the weights. A NaN or inf skips the step (weights and AdamW state stay as
@@ -67,8 +67,8 @@ from torch import nn
 
 from marl.agents.logprobs import response_logprobs
 from marl.agents.turn import TurnRecord
-from marl.credit.losses import aggregation_denominator, policy_loss
 from marl.errors import RunError
+from marl.losses import aggregation_denominator, as_aggregation, policy_loss, ratio_unit
 
 __all__ = [
     "Learner",
@@ -91,9 +91,11 @@ class UpdateSettings:
     """The update's hyper-parameters: the ``algo`` config group (``marl.config.AlgoConfig``
     adds the estimator's name and checks the values; a learner takes them as they are).
 
-    level:       importance ratio per ``token`` (GRPO/PPO) or per ``sequence`` (GSPO, Zheng et
-                 al. 2025).
-    aggregation: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO).
+    level:       the policy loss, a name in its registry (``marl.losses.register_policy_loss``);
+                 built in: importance ratio per ``token`` (GRPO/PPO) or per ``sequence`` (GSPO,
+                 Zheng et al. 2025).
+    aggregation: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO): one of
+                 ``marl.losses.Aggregation``.
     clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high].
     beta:        weight of the k3 KL to the frozen initial policy (0 = no reference model).
     lr, weight_decay, max_grad_norm: AdamW and gradient clipping.
@@ -219,6 +221,7 @@ class Learner:
         self.settings = settings
         self.pad_token_id = pad_token_id
         self.name = name
+        self.aggregation = as_aggregation(settings.aggregation, "algo.aggregation")
         self.rng = random.Random(seed)
         self.masters = MasterWeights([p for p in model.parameters() if p.requires_grad])
         self.params = self.masters.params  # what the optimizer steps (fp32)
@@ -298,9 +301,7 @@ class Learner:
         s = self.settings
         self._zero_grad()
         denominator = aggregation_denominator(
-            [t.mask for t in batch],
-            s.aggregation,  # type: ignore[arg-type]
-            s.max_new_tokens,
+            [t.mask for t in batch], self.aggregation, s.max_new_tokens
         )
         metrics = self._accumulate_gradients(live, denominator)
         metrics["grad_norm"] = float("nan")
@@ -344,9 +345,10 @@ class Learner:
 
     def _metric_weights(self, chunk: Sequence[TurnRecord], tokens: float) -> dict[str, float]:
         """How much one microbatch's metrics weigh in the minibatch's: sums for the additive
-        ones, sequences for GSPO's per-sequence ratio statistics, tokens for the rest."""
+        ones, sequences for the ratio statistics of a sequence-unit loss (GSPO), tokens for the
+        rest."""
         weights = dict.fromkeys(_ADDITIVE_METRICS, 1.0) | {"*": tokens}
-        if self.settings.level == "sequence":
+        if ratio_unit(self.settings.level) == "sequence":
             sequences = float(sum(1 for t in chunk if any(t.mask)))
             weights |= {"clip_frac": sequences, "ratio_mean": sequences}
         return weights
@@ -379,8 +381,8 @@ class Learner:
             new.mask * turn_mask,  # (B, T): response tokens the agent generated
             clip_eps=s.clip_eps,
             clip_eps_high=s.clip_eps_high,
-            level=s.level,  # type: ignore[arg-type]
-            aggregation=s.aggregation,  # type: ignore[arg-type]
+            level=s.level,
+            aggregation=self.aggregation,
             ref_logp=self._reference_logprobs(turns),
             beta=s.beta,
             max_tokens_norm=s.max_new_tokens,

@@ -21,7 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from marl.checkpoint import check_resume, check_weights, load_checkpoint, save_checkpoint
 from marl.config import Config, ConfigError, load_config
-from marl.credit import RoleBaselines, advantage_scope, is_counterfactual
+from marl.credit import is_counterfactual
+from marl.credit.advantages import RoleBaselines, advantage_scope
 from marl.credit_phase import credit_phase, mean_influence
 from marl.emergence import tracker_for
 from marl.evaluation import due, evaluation_metrics

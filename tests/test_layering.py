@@ -85,3 +85,34 @@ def test_make_and_list_scenarios_resolve_on_first_use():
     assert marl.make("relay-v0").possible_agents
     with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
         marl.nonexistent  # noqa: B018
+
+
+# The credit methods and the engine, imported alone: pure Python, no tensor library.
+TORCH_FREE = (
+    "marl.credit",
+    "marl.credit.counterfactual",
+    "marl.credit.estimators",
+    "marl.credit.registry",
+    "marl.credit.responders",
+    "marl.credit.shapley",
+)
+
+
+def loaded_modules_of(name: str) -> list[str]:
+    """The modules that ``import <name>`` alone loads, in a fresh interpreter."""
+    probe = f"import importlib, json, sys; importlib.import_module({name!r}); "
+    probe += "print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name", TORCH_FREE)
+def test_credit_methods_load_no_torch(name):
+    modules = loaded_modules_of(name)
+    assert name in modules
+    assert "torch" not in modules, f"import {name} loads torch"
+    assert "marl.credit.advantages" not in modules

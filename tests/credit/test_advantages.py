@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import marl.credit.advantages as adv_mod
-from marl.credit import (
+from marl.credit.advantages import (
     compute_advantages,
     get_advantage,
     group_advantages,

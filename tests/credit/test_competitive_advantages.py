@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marl.agents.turn import TurnRecord
-from marl.credit import (
+from marl.credit import compute_credit
+from marl.credit.advantages import (
     RoleBaselines,
     advantage_scope,
-    apply_credit,
     compute_advantages,
-    compute_credit,
     list_advantages,
 )
+from marl.credit.apply import apply_credit
 from marl.credit.counterfactual import RecordedEpisode
 
 

@@ -245,4 +245,3 @@ def test_errors_are_clear(relay):
         Resimulator(env, lambda reqs: [[] for _ in reqs]).run(
             [ep], [Branch(0, (Intervention("alice", "sample"),))]
         )
-

@@ -21,15 +21,14 @@ from marl.credit import (
     CreditConfig,
     CreditResult,
     RecordedEpisode,
-    apply_credit,
     bot_generate,
-    compute_advantages,
     compute_credit,
-    group_advantages,
     list_credits,
     register_credit,
     shapley_plan,
 )
+from marl.credit.advantages import compute_advantages, group_advantages
+from marl.credit.apply import apply_credit
 from marl.credit.shapley import permutation_shapley
 from marl.scenarios.bots import get_bot
 from marl.scenarios.builtin.spotlight import WORDS
@@ -292,9 +291,7 @@ def _turns(episodes_by_group):
     for group, episodes in enumerate(episodes_by_group):
         for ep in episodes:
             for r, agent in ep.turns():
-                turns.append(
-                    TurnRecord(agent, "p", group, ep.episode_id, r, [], [], [], [])
-                )
+                turns.append(TurnRecord(agent, "p", group, ep.episode_id, r, [], [], [], []))
     return turns
 
 
@@ -359,17 +356,6 @@ def test_per_turn_credit_is_normalised_per_round():
         assert t.advantage == pytest.approx(by_round[t.round][t.episode_id])
     with pytest.raises(ValueError, match="episode 7"):
         apply_credit([TurnRecord("a", "p", 0, 7, 0, [], [], [], [])], result)
-
-
-def test_credit_tensors_have_the_documented_shapes(spotlight):
-    env, bot, episodes = spotlight
-    eps = [ep for ep, _ in episodes]
-    result = compute_credit("difference", eps, env=env, generate=bot_generate(bot))
-    agents = list(env.possible_agents)
-    assert result.credit_tensor(agents).shape == (len(eps), len(agents))
-    assert result.influence_tensor(agents).shape == (len(eps), len(agents), len(agents))
-    with pytest.raises(ValueError, match="no influence"):
-        compute_credit("team", eps).influence_tensor(agents)
 
 
 def test_whole_turn_credit_reaches_the_decider(spotlight):

@@ -201,7 +201,7 @@ def test_frozen_opponent_is_never_trained(tmp_path: Path) -> None:
 
 def _rae():  # noqa: ANN202
     """Baselines far from any return, so every learner turn has an advantage to train on."""
-    from marl.credit import RoleBaselines
+    from marl.credit.advantages import RoleBaselines
 
     baselines = RoleBaselines(0.9)
     baselines.baselines = {"g:alice": 50.0, "g:bob": -50.0}

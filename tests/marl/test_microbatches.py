@@ -10,8 +10,8 @@ import torch
 
 from marl.agents.models import ModelSpec, load_model
 from marl.config import ConfigError, load_config
-from marl.credit.losses import aggregation_denominator
 from marl.learner import Learner, LearnerSettings
+from marl.losses import aggregation_denominator
 
 from .test_shared_prompts import _relative, _turns
 
@@ -23,7 +23,9 @@ def _accumulated(
     accumulates them before its optimizer step."""
     learner = Learner(copy.deepcopy(model), LearnerSettings(**settings))  # type: ignore[arg-type]
     s = learner.settings
-    denominator = aggregation_denominator([t.mask for t in turns], s.aggregation, s.max_new_tokens)  # type: ignore[arg-type]
+    denominator = aggregation_denominator(
+        [t.mask for t in turns], learner.aggregation, s.max_new_tokens
+    )
     learner._zero_grad()
     metrics = learner._accumulate_gradients(turns, denominator)
     return metrics, [p.grad for p in learner.model.parameters() if p.requires_grad]

@@ -1,4 +1,4 @@
-"""Tests for marl.credit.losses.policy_loss: hand-computed values, masking, clipping, GSPO, KL."""
+"""Tests for marl.losses.policy_loss: hand-computed values, masking, clipping, GSPO, KL."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marl.credit import Aggregation, Level, policy_loss
+from marl.losses import Aggregation, policy_loss
 
 AGGS: list[Aggregation] = ["seq_mean", "token_mean", "constant"]
-LEVELS: list[Level] = ["token", "sequence"]
+LEVELS: list[str] = ["token", "sequence"]
 
 
 def _t(rows: list[list[float]], grad: bool = False) -> torch.Tensor:
@@ -94,7 +94,7 @@ def test_literal_token_level_value() -> None:
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("aggregation", AGGS)
-def test_matches_hand_computation(level: Level, aggregation: Aggregation) -> None:
+def test_matches_hand_computation(level: str, aggregation: Aggregation) -> None:
     loss, m = policy_loss(
         _t(NEW, grad=True),
         _t(OLD),
@@ -126,7 +126,7 @@ def test_clip_eps_high_is_asymmetric() -> None:
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("aggregation", AGGS)
-def test_gradient_only_flows_through_masked_tokens(level: Level, aggregation: Aggregation) -> None:
+def test_gradient_only_flows_through_masked_tokens(level: str, aggregation: Aggregation) -> None:
     torch.manual_seed(0)
     new = (torch.randn(4, 6, dtype=torch.float64) * 0.05 - 1.0).requires_grad_()  # (B, T)
     old = new.detach() + torch.randn(4, 6, dtype=torch.float64) * 0.01  # (B, T)
@@ -158,7 +158,7 @@ def test_gradient_only_flows_through_masked_tokens(level: Level, aggregation: Ag
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("aggregation", AGGS)
-def test_fully_masked_row_contributes_nothing(level: Level, aggregation: Aggregation) -> None:
+def test_fully_masked_row_contributes_nothing(level: str, aggregation: Aggregation) -> None:
     new, old = _t(NEW), _t(OLD)
     adv = torch.tensor(ADV, dtype=torch.float64)
     mask = torch.tensor(MASK)
@@ -183,7 +183,7 @@ def test_fully_masked_row_contributes_nothing(level: Level, aggregation: Aggrega
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("aggregation", AGGS)
-def test_all_masked_batch_gives_zero_not_nan(level: Level, aggregation: Aggregation) -> None:
+def test_all_masked_batch_gives_zero_not_nan(level: str, aggregation: Aggregation) -> None:
     new = torch.full((2, 3), -1.0, requires_grad=True)  # (B, T)
     loss, m = policy_loss(
         new,
@@ -434,7 +434,7 @@ def _batch(draw: st.DrawFn) -> tuple[torch.Tensor, ...]:
     beta=st.sampled_from([0.0, 0.04]),
 )
 def test_property_finite_outputs_and_masked_gradients(
-    batch: tuple[torch.Tensor, ...], level: Level, aggregation: Aggregation, beta: float
+    batch: tuple[torch.Tensor, ...], level: str, aggregation: Aggregation, beta: float
 ) -> None:
     new, old, ref, mask, adv = batch
     new = new.clone().requires_grad_()

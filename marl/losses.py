@@ -1,11 +1,12 @@
-"""The clipped policy-gradient loss (GRPO / GSPO / Dr. GRPO / DAPO), as one pure function.
+"""The clipped policy-gradient loss (GRPO / GSPO / Dr. GRPO / DAPO), as pure tensor functions.
 
 :func:`policy_loss` turns per-token logprobs of a batch of ``B`` responses padded to ``T``
 tokens into a scalar loss to minimise and a dict of float metrics. Only tokens with
 ``mask == 1`` (the agent's own generated tokens) count; padding, received messages and
 environment text never receive gradient, and a fully masked row contributes nothing.
 
-Importance ratio (``level``):
+Importance ratio (``level``, the ``algo.level`` key): a name in the policy-loss registry
+(:data:`POLICY_LOSSES`). Built in:
 
 - ``"token"``: PPO/GRPO ratio per token, ``w_{i,t} = exp(logp_new - logp_old)``, with the
   clipped surrogate ``min(w A, clip(w, 1 - eps_low, 1 + eps_high) A)`` per token (Schulman et al.
@@ -15,10 +16,14 @@ Importance ratio (``level``):
   GSPO's own clip range is far smaller than GRPO's (the paper uses ``3e-4`` / ``4e-4``), so set
   ``clip_eps`` and ``clip_eps_high`` explicitly with this level.
 
+Add one with :func:`register_policy_loss`: a function of the masked, clamped log-ratios that
+gives each token's loss (:data:`PolicyLossFn`); the aggregation, the KL term and the metrics
+around it are shared.
+
 ``clip_eps_high`` > ``clip_eps`` is DAPO's "clip-higher" (Yu et al. 2025, arXiv:2503.14476).
 
-Aggregation of the per-token losses ``l_{i,t}`` (for ``"sequence"`` every token of response
-``i`` carries that response's loss):
+Aggregation of the per-token losses ``l_{i,t}`` (:data:`Aggregation`; for ``"sequence"`` every
+token of response ``i`` carries that response's loss):
 
 - ``"seq_mean"``: mean over the tokens of each response, then over responses (GRPO).
 - ``"token_mean"``: sum over all masked tokens / number of masked tokens (DAPO).
@@ -42,18 +47,98 @@ depend on which turns were skipped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, get_args
+from collections.abc import Callable, Sequence
+from typing import Literal, NamedTuple, cast, get_args
 
 import torch
 
-__all__ = ["LOG_RATIO_BOUND", "Aggregation", "Level", "aggregation_denominator", "policy_loss"]
+from marl.protocols.registry import Registry
 
-Level = Literal["token", "sequence"]
+__all__ = [
+    "AGGREGATIONS",
+    "LOG_RATIO_BOUND",
+    "POLICY_LOSSES",
+    "RATIO_UNITS",
+    "Aggregation",
+    "PolicyLossFn",
+    "Surrogate",
+    "aggregation_denominator",
+    "as_aggregation",
+    "get_policy_loss",
+    "list_policy_losses",
+    "policy_loss",
+    "ratio_unit",
+    "register_policy_loss",
+    "sequence_loss",
+    "token_loss",
+]
+
 Aggregation = Literal["seq_mean", "token_mean", "constant"]
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 
 # Log-ratios are clamped to +-20 before exp(): ratios in [2e-9, 5e8], finite in fp32 and bf16.
 LOG_RATIO_BOUND = 20.0
+
+
+class Surrogate(NamedTuple):
+    """What a policy loss gives back: each token's loss and two statistics of its ratios."""
+
+    per_token: torch.Tensor  # (B, T): a response-level loss repeats its value on every token
+    clip_frac: float  # fraction of the ratios whose gradient the clip removed
+    ratio_mean: float  # mean importance ratio
+
+
+PolicyLossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float, float], Surrogate]
+"""A policy loss: ``(log_ratio (B, T), advantages (B,), valid (B, T) bool, eps_low, eps_high)``
+-> :class:`Surrogate`. ``log_ratio`` is ``logp_new - logp_old``, 0 where ``valid`` is false and
+clamped to ``LOG_RATIO_BOUND``; only it carries gradient."""
+
+POLICY_LOSSES: Registry[str, PolicyLossFn] = Registry("policy loss")
+RATIO_UNITS = ("token", "sequence")
+
+
+def register_policy_loss(name: str, unit: str = "token") -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register a policy loss under ``name`` (the ``algo.level`` value); a name already taken
+    raises ValueError.
+
+    ``unit`` says what one importance ratio covers, ``"token"`` or a whole response
+    (``"sequence"``): ``clip_frac`` and ``ratio_mean`` average over these, and the learner
+    weighs them so when it adds up microbatches.
+    """
+    if unit not in RATIO_UNITS:
+        raise ValueError(f"policy loss unit {unit!r} is not one of {', '.join(RATIO_UNITS)}")
+    add = POLICY_LOSSES.register(name)
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        add(fn)  # refuses a taken name before anything is marked
+        fn.unit = unit  # type: ignore[attr-defined]  # read back by ratio_unit
+        return fn
+
+    return decorator
+
+
+def list_policy_losses() -> list[str]:
+    """Names of the registered policy losses, sorted."""
+    return POLICY_LOSSES.names()
+
+
+def get_policy_loss(name: str, key: str | None = None) -> PolicyLossFn:
+    """The policy loss registered as ``name``; an unknown name raises
+    :class:`~marl.protocols.registry.UnknownNameError` listing the known ones, prefixed by
+    ``key`` when given."""
+    return POLICY_LOSSES.lookup(name, key)
+
+
+def ratio_unit(name: str) -> str:
+    """What one ratio of the policy loss ``name`` covers: ``token`` or ``sequence``."""
+    return getattr(get_policy_loss(name), "unit", "token")
+
+
+def as_aggregation(name: str, key: str = "aggregation") -> Aggregation:
+    """``name`` as an :data:`Aggregation`; anything else raises ValueError naming ``key``."""
+    if name not in AGGREGATIONS:
+        raise ValueError(f"{key} must be one of {AGGREGATIONS}, got {name!r}")
+    return cast(Aggregation, name)
 
 
 def aggregation_denominator(
@@ -104,6 +189,49 @@ def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> float:
     return float(values[valid].float().mean())
 
 
+@register_policy_loss("token")
+def token_loss(
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    valid: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> Surrogate:
+    """PPO/GRPO: one clipped ratio per token (Schulman et al. 2017; Shao et al. 2024)."""
+    ratio = torch.exp(log_ratio)  # (B, T)
+    adv_t = advantages.unsqueeze(-1)  # (B, 1)
+    surr = ratio * adv_t  # (B, T)
+    surr_clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv_t  # (B, T)
+    per_token = -torch.minimum(surr, surr_clipped)  # (B, T)
+    clipped = ((ratio > 1.0 + eps_high) & (adv_t > 0)) | (
+        (ratio < 1.0 - eps_low) & (adv_t < 0)
+    )  # (B, T): clip removed this token's gradient
+    return Surrogate(per_token, _masked_mean(clipped, valid), _masked_mean(ratio.detach(), valid))
+
+
+@register_policy_loss("sequence", unit="sequence")
+def sequence_loss(
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    valid: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> Surrogate:
+    """GSPO: one length-normalised ratio per response, clipped as a whole (Zheng et al. 2025)."""
+    lengths = valid.to(log_ratio.dtype).sum(dim=-1)  # (B,)
+    seq_log_ratio = log_ratio.sum(dim=-1) / lengths.clamp(min=1.0)  # (B,)
+    s = torch.exp(seq_log_ratio)  # (B,): GSPO's length-normalised sequence ratio
+    surr = s * advantages  # (B,)
+    surr_clipped = torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high) * advantages  # (B,)
+    per_seq = -torch.minimum(surr, surr_clipped)  # (B,)
+    per_token = per_seq.unsqueeze(-1).expand_as(log_ratio)  # (B, T)
+    nonempty = lengths > 0  # (B,)
+    clipped = ((s > 1.0 + eps_high) & (advantages > 0)) | (
+        (s < 1.0 - eps_low) & (advantages < 0)
+    )  # (B,)
+    return Surrogate(per_token, _masked_mean(clipped, nonempty), _masked_mean(s.detach(), nonempty))
+
+
 def policy_loss(
     logp_new: torch.Tensor,
     logp_old: torch.Tensor,
@@ -112,7 +240,7 @@ def policy_loss(
     *,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
-    level: Level = "token",
+    level: str = "token",
     aggregation: Aggregation = "seq_mean",
     ref_logp: torch.Tensor | None = None,
     beta: float = 0.0,
@@ -132,7 +260,8 @@ def policy_loss(
         clip_eps: lower clip range, the ratio is kept above ``1 - clip_eps``.
         clip_eps_high: upper clip range (ratio below ``1 + clip_eps_high``); ``None`` means
             ``clip_eps``. Larger than ``clip_eps`` gives DAPO's clip-higher.
-        level: ``"token"`` for the GRPO/PPO per-token ratio, ``"sequence"`` for GSPO.
+        level: a registered policy loss: ``"token"`` for the GRPO/PPO per-token ratio,
+            ``"sequence"`` for GSPO.
         aggregation: ``"seq_mean"`` (GRPO), ``"token_mean"`` (DAPO) or ``"constant"``
             (Dr. GRPO, needs ``max_tokens_norm``).
         ref_logp: ``(B, T)`` logprobs under a frozen reference policy, for the KL term.
@@ -149,7 +278,7 @@ def policy_loss(
     Returns:
         ``(loss, metrics)``: the scalar loss ``pg_loss + beta * kl``, and floats ``loss``,
         ``pg_loss``, ``kl`` (0.0 without ``ref_logp``), ``clip_frac`` (fraction of masked tokens,
-        or of non-empty responses for ``"sequence"``, whose gradient the clip removed),
+        or of non-empty responses for a ``"sequence"``-unit loss, whose gradient the clip removed),
         ``ratio_mean`` (mean ``w`` over masked tokens, or mean ``s_i``), ``approx_kl_old`` (k3
         estimate of KL(old || new) per masked token), ``entropy_proxy`` (``-mean`` masked
         ``logp_new``, the sampled-token entropy estimate) and ``n_tokens``.
@@ -180,29 +309,8 @@ def policy_loss(
     log_ratio = torch.where(valid, logp_new - logp_old.detach(), zero)  # (B, T)
     log_ratio = log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (B, T): exp stays finite
 
-    if level == "token":
-        ratio = torch.exp(log_ratio)  # (B, T)
-        adv_t = adv.unsqueeze(-1)  # (B, 1)
-        surr = ratio * adv_t  # (B, T)
-        surr_clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv_t  # (B, T)
-        per_token = -torch.minimum(surr, surr_clipped)  # (B, T)
-        clipped = ((ratio > 1.0 + eps_high) & (adv_t > 0)) | (
-            (ratio < 1.0 - eps_low) & (adv_t < 0)
-        )  # (B, T): clip removed this token's gradient
-        clip_frac = _masked_mean(clipped, valid)
-        ratio_mean = _masked_mean(ratio.detach(), valid)
-    else:
-        lengths = maskf.sum(dim=-1)  # (B,)
-        seq_log_ratio = log_ratio.sum(dim=-1) / lengths.clamp(min=1.0)  # (B,)
-        s = torch.exp(seq_log_ratio)  # (B,): GSPO's length-normalised sequence ratio
-        surr = s * adv  # (B,)
-        surr_clipped = torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high) * adv  # (B,)
-        per_seq = -torch.minimum(surr, surr_clipped)  # (B,)
-        per_token = per_seq.unsqueeze(-1).expand_as(logp_new)  # (B, T)
-        nonempty = lengths > 0  # (B,)
-        clipped = ((s > 1.0 + eps_high) & (adv > 0)) | ((s < 1.0 - eps_low) & (adv < 0))  # (B,)
-        clip_frac = _masked_mean(clipped, nonempty)
-        ratio_mean = _masked_mean(s.detach(), nonempty)
+    surrogate = POLICY_LOSSES[level](log_ratio, adv, valid, eps_low, eps_high)
+    per_token = surrogate.per_token  # (B, T)
 
     pg_loss = _aggregate(per_token, maskf, aggregation, max_tokens_norm, denominator)  # ()
 
@@ -227,8 +335,8 @@ def policy_loss(
         "loss": float(loss.detach()),
         "pg_loss": float(pg_loss.detach()),
         "kl": kl_value,
-        "clip_frac": clip_frac,
-        "ratio_mean": ratio_mean,
+        "clip_frac": surrogate.clip_frac,
+        "ratio_mean": surrogate.ratio_mean,
         "approx_kl_old": approx_kl_old,
         "entropy_proxy": entropy_proxy,
         "n_tokens": float(maskf.sum()),
@@ -267,10 +375,9 @@ def _check_inputs(
         )
     if not logp_new.is_floating_point():
         raise ValueError(f"logp_new must be a float tensor, got {logp_new.dtype}")
-    if level not in get_args(Level):
-        raise ValueError(f"level must be one of {get_args(Level)}, got {level!r}")
-    if aggregation not in get_args(Aggregation):
-        raise ValueError(f"aggregation must be one of {get_args(Aggregation)}, got {aggregation!r}")
+    if level not in POLICY_LOSSES:
+        raise ValueError(f"level must be one of {tuple(list_policy_losses())}, got {level!r}")
+    as_aggregation(aggregation)
     if not 0.0 <= clip_eps < 1.0:
         raise ValueError(f"clip_eps must be in [0, 1), got {clip_eps}")
     if clip_eps_high is not None and clip_eps_high < 0.0:
