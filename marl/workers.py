@@ -88,9 +88,7 @@ class RolloutWorker:
 
             self.policies = InferencePolicies(plan, config, device=device)
 
-    def slots(
-        self, step: int, groups: Sequence[int], matchup: Any = None
-    ) -> list[EpisodeSlot]:
+    def slots(self, step: int, groups: Sequence[int], matchup: Any = None) -> list[EpisodeSlot]:
         """The episodes of ``groups`` at ``step``: group b plays scenario seed b, G times. A
         league ``matchup`` (:class:`marl.league.Matchup`) puts its opponent on the seats the
         learner does not play."""
@@ -231,6 +229,23 @@ class RolloutWorker:
         if self.policies is None:
             raise ConfigError("agents: scripted agents have no logprobs")
         return self.policies.logprobs(policy_id, prompt_ids, response_ids, self.config)
+
+    def exploitability(self, policy_id: str) -> dict[str, Any]:
+        """Policy ``policy_id`` scored exactly as a table of the scenario's game tree with the
+        weights this worker holds (:func:`marl.exploitability_log.score_model`; plain data):
+        how ``marl train`` scores the learner under Ray. Needs a backend with a torch model."""
+        from marl.agents.generation import _target
+        from marl.exploitability_log import score_model
+
+        if self.policies is None:
+            raise ConfigError("agents: scripted agents have no policy to score")
+        base, adapter = _target(self.policies.backends[policy_id])
+        model = getattr(base, "model", None)
+        if model is None:
+            raise ConfigError(
+                f"backend: {self.config.backend!r} holds no torch model to score exactly; use hf"
+            )
+        return score_model(model, base.tokenizer, adapter, self.config)
 
     def info(self) -> dict[str, Any]:
         """Where this worker runs."""
