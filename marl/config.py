@@ -213,7 +213,8 @@ class TrainSettings:
                    chips against the Nash and random bots are logged at every step, the last
                    values repeated between scorings (``league/exploitability``,
                    ``league/nash_conv``, ``eval/chips_vs_nash``, ``eval/chips_vs_random``).
-                   0 = never. Skipped under Ray and for scenarios without a tree.
+                   0 = never. None for scenarios without a tree; under Ray rollout
+                   worker 0 scores the policy (backend ``hf``; skipped with another).
     """
 
     steps: int = 20
