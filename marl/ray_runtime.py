@@ -52,6 +52,7 @@ from marl.credit_phase import merge_credit
 from marl.errors import RunError, remote_cause
 from marl.policies import PolicyLearner
 from marl.policy_map import PolicyPlan, assign_gpus
+from marl.ray_join import join_failure, probe
 from marl.rollout import RolloutResult
 from marl.threads import actor_threads, configure_threads, thread_env
 from marl.workers import RolloutWorker, split_groups
@@ -125,13 +126,22 @@ _WorkerRemote = ray.remote(WorkerActor)
 def connect(settings: RayConfig) -> bool:
     """Join ``ray.address`` or start a local cluster; returns whether this call started Ray.
 
-    A process already connected keeps its session (and the caller must not shut it down).
+    A process already connected keeps its session (and the caller must not shut it down). A
+    cluster that cannot be joined (nothing at the address, a token this process does not send:
+    :mod:`marl.ray_join`) is a :class:`RunError` of one line.
     """
     if ray.is_initialized():
         return False
     common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if settings.address:
-        ray.init(address=settings.address, **common)
+        # a cluster that refuses our token, or nothing at the address: one line, at once
+        refused = probe(settings.address)
+        if refused:
+            raise RunError(refused)
+        try:
+            ray.init(address=settings.address, **common)
+        except (ConnectionError, RuntimeError, RayError) as exc:
+            raise RunError(join_failure(settings.address, exc)) from None
     else:  # "local": a new cluster even if another one runs on this machine (no auto-join)
         ray.init(address="local", num_cpus=settings.num_cpus, num_gpus=settings.num_gpus, **common)
     return True
@@ -213,6 +223,43 @@ def cluster_nodes() -> list[dict[str, float]]:
     ]
 
 
+# CPU requests the refusal may suggest, largest first: Ray schedules fractions of a CPU
+_LEARNER_CPUS = (4.0, 2.0, 1.0, 0.5, 0.25, 0.2, 0.1, 0.05)
+_WORKER_CPUS = (1.0, 0.5, 0.25, 0.1)
+
+
+def suggest_fit(
+    learners: Sequence[Resources],
+    settings: RayConfig,
+    n_workers: int,
+    nodes: Sequence[Resources],
+) -> dict[str, float] | None:
+    """Overrides of ``ray.*`` CPU requests under which the run fits ``nodes``, or ``None``.
+
+    Keeps as many rollout workers as possible (down to one), then the largest learner CPUs,
+    then the largest worker CPUs; only the keys that change are returned. GPU requests are
+    left alone (:func:`marl.policy_map.assign_gpus` has checked them). With one learner per
+    trainable policy, this finds a fit for every sharing mode whenever the CPUs can hold one:
+    4 independent learners on a 2-CPU head get ``ray.learner_num_cpus=0.25``.
+    """
+    s = settings
+    lcpus = sorted({c for c in (s.learner_num_cpus, *_LEARNER_CPUS) if c <= s.learner_num_cpus})
+    wcpus = sorted({c for c in (s.worker_num_cpus, *_WORKER_CPUS) if c <= s.worker_num_cpus})
+    for count in range(n_workers, 0, -1):
+        for lcpu in reversed(lcpus):
+            bundles = [{**b, "CPU": lcpu} for b in learners]
+            for wcpu in reversed(wcpus):
+                worker = {"CPU": wcpu, "GPU": s.worker_num_gpus}
+                if can_place(bundles, s.placement_strategy, [worker] * count, nodes):
+                    fix = {
+                        "ray.learner_num_cpus": (lcpu, s.learner_num_cpus),
+                        "ray.num_rollout_workers": (count, n_workers),
+                        "ray.worker_num_cpus": (wcpu, s.worker_num_cpus),
+                    }
+                    return {k: new for k, (new, old) in fix.items() if new != old}
+    return None
+
+
 @dataclass
 class PendingCalls:
     """Calls submitted to workers and not yet gathered: worker index -> (ref, method, args)."""
@@ -286,38 +333,29 @@ class RayRuntime:
             return
         gpus = sum(b.get("GPU", 0.0) for b in learners) + n_workers * s.worker_num_gpus
         cpus = len(learners) * s.learner_num_cpus + n_workers * s.worker_num_cpus
+        seeds = self.config.train.seeds_per_step
+        capped = (
+            f" (ray.num_rollout_workers={s.num_rollout_workers}; a step has "
+            f"train.seeds_per_step={seeds} group(s), so {n_workers} start)"
+            if n_workers < s.num_rollout_workers
+            else " (ray.num_rollout_workers)"
+        )
+        sharing = f", sharing={self.config.sharing}" if self.plan is not None else ""
+        fix = suggest_fit(learners, s, n_workers, nodes)
+        hint = (
+            "this would fit: " + " ".join(f"{k}={v:g}" for k, v in fix.items())
+            if fix
+            else "lower those requests, or add nodes"
+        )
         raise RunError(
             f"ray: the run can never be placed on {source}: {len(learners)} learner(s) x "
-            f"{s.learner_num_cpus:g} CPU (ray.learner_num_cpus, "
-            f"ray.placement_strategy={s.placement_strategy}) + {n_workers} rollout worker(s) x "
-            f"{s.worker_num_cpus:g} CPU, {s.worker_num_gpus:g} GPU (ray.num_rollout_workers, "
-            f"ray.worker_num_cpus, ray.worker_num_gpus) ask {cpus:g} CPUs and {gpus:g} GPUs, but "
+            f"{s.learner_num_cpus:g} CPU (ray.learner_num_cpus, one per trainable policy"
+            f"{sharing}, ray.placement_strategy={s.placement_strategy}) + {n_workers} rollout "
+            f"worker(s){capped} x {s.worker_num_cpus:g} CPU, {s.worker_num_gpus:g} GPU "
+            f"(ray.worker_num_cpus, ray.worker_num_gpus) ask {cpus:g} CPUs and {gpus:g} GPUs, but "
             f"its {len(nodes)} node(s) have CPUs {[n['CPU'] for n in nodes]} and GPUs "
-            f"{[n['GPU'] for n in nodes]}; {self._suggest(learners, nodes)}"
+            f"{[n['GPU'] for n in nodes]}; {hint}"
         )
-
-    def _suggest(self, learners: list[dict[str, float]], nodes: list[dict[str, float]]) -> str:
-        """Smaller CPU requests that would fit, as overrides (most workers, biggest CPUs)."""
-        s = self.settings
-        learner_cpus = sorted(
-            {c for c in (s.learner_num_cpus, 4, 2, 1, 0.5) if c <= s.learner_num_cpus}
-        )
-        worker_cpus = sorted({c for c in (s.worker_num_cpus, 1, 0.5) if c <= s.worker_num_cpus})
-        for n_workers in range(self._workers_wanted(), 0, -1):
-            for lcpu in reversed(learner_cpus):
-                for wcpu in reversed(worker_cpus):
-                    bundles = [{**b, "CPU": lcpu} for b in learners]
-                    worker = {"CPU": wcpu, "GPU": s.worker_num_gpus}
-                    if can_place(bundles, s.placement_strategy, [worker] * n_workers, nodes):
-                        fix = {
-                            "ray.learner_num_cpus": (lcpu, s.learner_num_cpus),
-                            "ray.num_rollout_workers": (n_workers, self._workers_wanted()),
-                            "ray.worker_num_cpus": (wcpu, s.worker_num_cpus),
-                        }
-                        return "this would fit: " + " ".join(
-                            f"{k}={new:g}" for k, (new, old) in fix.items() if new != old
-                        )
-        return "lower those requests, or add nodes"
 
     def _place_learners(self) -> None:
         s, plan = self.settings, self.plan

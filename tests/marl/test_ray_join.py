@@ -1,0 +1,237 @@
+"""Joining a Ray cluster as a new user would: token authentication and resource refusals.
+
+Ray 2.60's ``ray start --head`` turns token authentication on by default. The head node here is
+started that way (``RAY_AUTH_MODE`` unset, a ``HOME`` of its own so it writes its own token), in
+its own process group, which the teardown kills (never ``ray stop``). Against it:
+
+- ``marl train ray=cluster ray.address=<head>`` without a token fails at once with one line that
+  says what to set (it used to retry ``InvalidAuthToken`` for 20 s and end in a traceback);
+- with the documented setting (``RAY_AUTH_MODE=token`` and the token's file in
+  ``RAY_AUTH_TOKEN_PATH``) it joins; the preset's requests are refused with values that fit, for
+  four independent learners too, and those values train a step.
+
+The rest needs no cluster: which overrides the refusal suggests for every sharing mode, and the
+one-line messages for each way joining fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from hydra import compose, initialize_config_module  # noqa: E402
+from ray.exceptions import AuthenticationError  # noqa: E402
+
+from marl.cli import _register_scenario_options  # noqa: E402
+from marl.config import RayConfig, load_config  # noqa: E402
+from marl.policy_map import plan_for  # noqa: E402
+from marl.ray_join import host_port, join_failure, probe  # noqa: E402
+from marl.ray_runtime import can_place, suggest_fit  # noqa: E402
+
+MARL = str(Path(sys.executable).with_name("marl"))
+RAY = str(Path(sys.executable).with_name("ray"))
+AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- no cluster: the messages and the suggestions -------------------------------------------
+
+
+def test_an_explicit_address_is_told_from_one_ray_resolves() -> None:
+    assert host_port("10.0.0.5:6379") == ("10.0.0.5", 6379)
+    assert host_port("[::1]:6379") == ("::1", 6379)
+    assert host_port("auto") is None and host_port("ray://h:10001") is None
+    assert host_port("local") is None
+
+
+def test_a_token_refusal_says_what_to_set() -> None:
+    refused = AuthenticationError("RPC error: InvalidAuthToken: token is missing or incorrect")
+    message = join_failure("10.0.0.5:6379", refused)
+    assert message.startswith("ray.address=10.0.0.5:6379: the cluster asks for a token")
+    for needed in ("RAY_AUTH_MODE=token", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "scaling.md"):
+        assert needed in message
+    assert "\n" not in message
+    # what ray.init raises after its retries: the token refusal is in the chained cause
+    try:
+        try:
+            raise RuntimeError("Failed to connect to GCS. Last connection error: InvalidAuthToken")
+        except RuntimeError as cause:
+            raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.5:6379") from cause
+    except ConnectionError as exc:
+        assert "RAY_AUTH_MODE=token" in join_failure("10.0.0.5:6379", exc)
+    other = join_failure("h:1", ConnectionError("Failed to connect to Ray cluster at h:1\nmore"))
+    assert "could not join the Ray cluster there (ConnectionError: Failed to connect" in other
+    assert "\n" not in other and "RAY_AUTH" not in other
+
+
+def test_nothing_at_the_address_is_one_line_at_once() -> None:
+    port = _free_port()  # bound and released: nothing listens there now
+    start = time.monotonic()
+    message = probe(f"127.0.0.1:{port}")
+    assert time.monotonic() - start < 5
+    assert message == (
+        f"ray.address=127.0.0.1:{port}: nothing answers there (Connection refused); start the "
+        "head node with `ray start --head` and use the address it prints"
+    )
+    assert probe("auto") is None
+
+
+def _plan(sharing: str, scenario: str = "relay"):
+    _register_scenario_options()
+    with initialize_config_module(config_module="marl.configs", version_base=None):
+        cfg = compose(
+            config_name="train",
+            overrides=["ray=cluster", "model=tiny", f"scenario={scenario}", f"sharing={sharing}"],
+        )
+    return load_config(cfg), plan_for(load_config(cfg))
+
+
+@pytest.mark.parametrize("sharing", ["shared", "independent", "lora"])
+@pytest.mark.parametrize("cpus", [[2.0], [1.0], [3.0, 2.0]])
+def test_the_refusal_finds_values_that_fit_for_every_sharing_mode(
+    sharing: str, cpus: list[float]
+) -> None:
+    config, plan = _plan(sharing)
+    settings = config.ray
+    assert (settings.learner_num_cpus, settings.num_rollout_workers) == (4.0, 4)  # the preset
+    learners = [{"CPU": settings.learner_num_cpus} for _ in plan.trainable]
+    assert len(learners) == (1 if sharing == "shared" else 4)  # relay: four agents
+    nodes = [{"CPU": c, "GPU": 0.0} for c in cpus]
+    workers = min(settings.num_rollout_workers, config.train.seeds_per_step)
+    worker = {"CPU": settings.worker_num_cpus, "GPU": 0.0}
+    assert not can_place(learners, settings.placement_strategy, [worker] * workers, nodes)
+    fix = suggest_fit(learners, settings, workers, nodes)
+    assert fix, f"{sharing} on {cpus}: no values suggested"
+    lcpu = fix.get("ray.learner_num_cpus", settings.learner_num_cpus)
+    wcpu = fix.get("ray.worker_num_cpus", settings.worker_num_cpus)
+    count = int(fix.get("ray.num_rollout_workers", workers))
+    fitted = [{"CPU": lcpu} for _ in learners]
+    assert can_place(
+        fitted, settings.placement_strategy, [{"CPU": wcpu, "GPU": 0.0}] * count, nodes
+    )
+    assert count >= 1 and RayConfig(learner_num_cpus=lcpu, worker_num_cpus=wcpu)
+
+
+# --- a real head node with token authentication on (Ray's default) ----------------------------
+
+
+@pytest.fixture(scope="module")
+def auth_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """(address, token file) of a 2-CPU head node started as ``ray start --head`` starts."""
+    if os.path.exists("/tmp/marl-experiment.lock"):
+        pytest.skip("a measurement is running (/tmp/marl-experiment.lock): no Ray head node now")
+    home = tmp_path_factory.mktemp("ray-home")
+    port = _free_port()
+    ports = [
+        f"--{name}={_free_port()}"
+        for name in (
+            "ray-client-server-port", "dashboard-port", "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
+        )
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in AUTH_VARS}
+    log = home / "ray-start.log"
+    with log.open("w") as out:
+        head = subprocess.Popen(
+            [
+                RAY, "start", "--head", "--block", f"--port={port}", *ports, "--num-cpus=2",
+                "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**env, "HOME": str(home)},  # its own token file, not the user's
+            start_new_session=True,  # its own process group: the teardown kills only it
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray runtime started" not in log.read_text():
+            if head.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"ray start --head did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        assert "Token authentication is enabled" in log.read_text()
+        yield f"127.0.0.1:{port}", home / ".ray" / "auth_token"
+    finally:
+        os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+
+
+OVERRIDES = [
+    "ray=cluster",
+    "model=tiny",
+    "scenario=relay",
+    "sharing=independent",
+    "sampling.max_new_tokens=4",
+    "train.steps=1",
+    "train.seeds_per_step=2",
+    "train.group_size=2",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+    "logging.transcripts_every=0",
+]
+
+
+def _train(address: str, env: dict[str, str], *extra: str, timeout: int = 600):
+    base = {k: v for k, v in os.environ.items() if k not in AUTH_VARS}
+    return subprocess.run(
+        [MARL, "train", *OVERRIDES, f"ray.address={address}", *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, "OMP_NUM_THREADS": "1", **env},
+    )
+
+
+@pytest.mark.ray
+@pytest.mark.subprocess
+def test_joining_without_the_token_is_one_line_that_says_what_to_set(
+    auth_head: tuple[str, Path], tmp_path: Path
+) -> None:
+    address, _ = auth_head
+    start = time.monotonic()
+    done = _train(address, {}, f"hydra.run.dir={tmp_path}", timeout=300)
+    elapsed = time.monotonic() - start
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr[-2000:]
+    assert errors[0].startswith(f"error: ray.address={address}: the cluster asks for a token")
+    assert "RAY_AUTH_MODE=token" in errors[0]
+    assert "Traceback" not in done.stderr and "InvalidAuthToken" not in done.stderr
+    assert elapsed < 60, f"took {elapsed:.0f}s: it waited for Ray's retries"
+
+
+@pytest.mark.ray
+@pytest.mark.subprocess
+def test_with_the_documented_setting_the_suggested_values_train_a_step(
+    auth_head: tuple[str, Path], tmp_path: Path
+) -> None:
+    address, token = auth_head
+    assert token.is_file()
+    documented = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    refused = _train(address, documented, f"hydra.run.dir={tmp_path / 'preset'}", timeout=300)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    message = refused.stderr.strip().splitlines()[-1]
+    assert "4 learner(s) x 4 CPU" in message and "sharing=independent" in message, message
+    assert "2 rollout worker(s) (ray.num_rollout_workers=4;" in message, message
+    suggested = re.search(r"this would fit: (.*)$", message).group(1).split()
+    assert suggested == ["ray.learner_num_cpus=0.25", "ray.worker_num_cpus=0.5"], message
+    run_dir = tmp_path / "fits"
+    done = _train(address, documented, *suggested, f"hydra.run.dir={run_dir}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert (run_dir / "checkpoints" / "latest").is_file()
+    assert "Traceback" not in done.stderr
