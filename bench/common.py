@@ -20,8 +20,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from marl.stats import mean_interval
-
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parent.parent
 
@@ -44,9 +42,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def alternate(
-    contenders: dict[str, Callable[[], float]], rounds: int
-) -> dict[str, dict[str, Any]]:
+def alternate(contenders: dict[str, Callable[[], float]], rounds: int) -> dict[str, dict[str, Any]]:
     """Run each contender once per round, in turn (A B A B ...), so a change in the machine's
     load hits them alike. Each returns its own measure (seconds, or a rate); returns per
     contender every value, their minimum and median."""
@@ -140,14 +136,6 @@ def read_scalars(logdir: Path) -> dict[str, list[float]]:
     acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
     acc.Reload()
     return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
-def interval(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval (:func:`marl.stats.mean_interval`; 0 for
-    one value, so a one-seed quick look prints ``± 0.00``). Over per-seed values this is the
-    seed-clustered interval (:func:`marl.stats.seed_clustered`)."""
-    mean, _, high = mean_interval(values)
-    return mean, high - mean if len(values) > 1 else 0.0
 
 
 def save_experiment(

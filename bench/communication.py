@@ -35,9 +35,9 @@ from pathlib import Path
 from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interval, read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
+from common import read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
 
-from marl.stats import wilson  # noqa: E402
+from marl.stats import mean_ci, wilson  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SUCCESS = "team/success"
@@ -140,7 +140,7 @@ def summarise(results: dict, episodes_per_step: int, last: int, eval_episodes: i
             per_seed = [fmean(pick(r[SUCCESS])) for r in runs if r.get(SUCCESS)]
             if not per_seed:
                 continue
-            mean, half = interval(per_seed)
+            mean, half = mean_ci(per_seed)
             n = episodes_per_step * len(pick(runs[0][SUCCESS])) * len(per_seed)
             row[f"success_{label}"] = mean
             row[f"success_{label}_ci"] = half
@@ -148,11 +148,11 @@ def summarise(results: dict, episodes_per_step: int, last: int, eval_episodes: i
             for tag, key in ((MI, "mi"), (INFLUENCE, "influence"), (LISTENER_OK, "listener_pf")):
                 vals = [fmean(pick(r[tag])) for r in runs if r.get(tag)]
                 if vals:
-                    row[f"{key}_{label}"], row[f"{key}_{label}_ci"] = interval(vals)
+                    row[f"{key}_{label}"], row[f"{key}_{label}_ci"] = mean_ci(vals)
         for label in ("start", "end"):
             values = [r[f"eval_{label}"] for r in runs if f"eval_{label}" in r]
             if values:
-                row[f"eval_{label}"], row[f"eval_{label}_ci"] = interval(values)
+                row[f"eval_{label}"], row[f"eval_{label}_ci"] = mean_ci(values)
                 n = eval_episodes * len(values)
                 row[f"eval_{label}_wilson"] = wilson(fmean(values) * n, n)
         row["seeds"] = len(runs)
@@ -221,7 +221,7 @@ def plot(results: dict, path: Path) -> None:
                 continue
             length = min(len(c) for c in curves)
             steps = list(range(1, length + 1))
-            stats = [interval([c[i] for c in curves]) for i in range(length)]
+            stats = [mean_ci([c[i] for c in curves]) for i in range(length)]
             low = [m - h for m, h in stats]
             high = [m + h for m, h in stats]
             if limits is not None:
@@ -240,7 +240,7 @@ def plot(results: dict, path: Path) -> None:
         points = []
         for label in ("eval_start", "eval_end"):
             values = [r[label] for r in runs if label in r]
-            points.append(interval(values) if values else None)
+            points.append(mean_ci(values) if values else None)
         if None in points:
             continue
         xs = [0 + 0.06 * k, 1 + 0.06 * k]

@@ -30,7 +30,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import finish_run, interval, run_marl, save_experiment  # noqa: E402  (bench helpers)
+from common import finish_run, run_marl, save_experiment  # noqa: E402  (bench helpers)
+
+from marl.stats import mean_ci  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OPPONENTS = {
@@ -114,9 +116,9 @@ def summarise(results: dict, crossplay_data: dict, seeds: list[int]) -> dict:
         wins = sum(r["wins"] for r in rows)
         draws = sum(r["draws"] for r in rows)
         games = sum(r["games"] for r in rows)
-        mean, half = interval(rates)
+        mean, half = mean_ci(rates)
         returns = [r["mean_return"] for r in rows]
-        gain, gain_half = interval(returns)
+        gain, gain_half = mean_ci(returns)
         table.setdefault("mean_return", {})[opponent] = {
             "per_seed": returns,
             "mean": gain,
@@ -140,7 +142,7 @@ def summarise(results: dict, crossplay_data: dict, seeds: list[int]) -> dict:
         }
     ends = [v["elo_end"] for v in table["training"].values() if v["elo_end"] is not None]
     if ends:
-        table["elo_end"] = interval(ends)
+        table["elo_end"] = mean_ci(ends)
     return table
 
 
@@ -219,7 +221,7 @@ def plot(results: list[dict], path: Path) -> None:
                 values = [c[i] for c in curves if c[i] == c[i]]  # NaN: no game yet
                 if not values:
                     continue
-                mean, half = interval(values)
+                mean, half = mean_ci(values)
                 bounds = (0.0, 1.0) if tag != "league/elo" else (-math.inf, math.inf)
                 steps.append(i + 1)
                 means.append(mean)

@@ -39,10 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (bench helpers)
     collect_runs,
     finish_run,
-    interval,
     run_marl,
     save_experiment,
 )
+
+from marl.stats import mean_ci  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 REWARD = "team/reward"
@@ -135,8 +136,8 @@ def summarise(results: dict, args: argparse.Namespace) -> dict:
         hits = [steps_to_target(c, args.target, args.last) for c in curves]
         table[method] = {
             "seeds": len(curves),
-            "digits_start": interval(start),
-            "digits_end": interval(end),
+            "digits_start": mean_ci(start),
+            "digits_end": mean_ci(end),
             "digits_end_per_seed": end,
             "steps_to_target_per_seed": hits,
             "reached": sum(h is not None for h in hits),
@@ -176,7 +177,7 @@ def plot(results: dict, path: Path) -> None:
         if not curves:
             continue
         length = min(len(c) for c in curves)
-        stats = [interval([c[i] for c in curves]) for i in range(length)]
+        stats = [mean_ci([c[i] for c in curves]) for i in range(length)]
         steps = range(1, length + 1)
         ax.plot(steps, [m for m, _ in stats], label=method)
         ax.fill_between(steps, [m - h for m, h in stats], [m + h for m, h in stats], alpha=0.15)

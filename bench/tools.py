@@ -39,11 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (bench helpers)
     collect_runs,
     finish_run,
-    interval,
     run_commands,
     run_marl,
     save_experiment,
 )
+
+from marl.stats import mean_ci  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SUCCESS = "team/success"
@@ -119,12 +120,12 @@ def summarise(results: dict, last: int) -> dict:
             ):
                 per_seed = [fmean(pick(v)) for v in values if v]
                 if per_seed:
-                    row[f"{key}_{label}"], row[f"{key}_{label}_ci"] = interval(per_seed)
+                    row[f"{key}_{label}"], row[f"{key}_{label}_ci"] = mean_ci(per_seed)
         evals = [r.get("eval/success", []) for r in runs]
         for label, index in (("eval_start", 0), ("eval_end", -1)):
             values = [e[index] for e in evals if e]
             if values:
-                row[label], row[f"{label}_ci"] = interval(values)
+                row[label], row[f"{label}_ci"] = mean_ci(values)
         table[name] = row
     return table
 

@@ -33,17 +33,7 @@ from statistics import fmean
 import yaml
 
 from marl.errors import RunError
-from marl.stats import mean_interval
-
-
-def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval (:func:`marl.stats.mean_interval`); nan
-    for no values, a nan half-width for one. Over per-seed values this is the seed-clustered
-    interval (:func:`marl.stats.seed_clustered`)."""
-    if not values:
-        return math.nan, math.nan
-    mean, _, high = mean_interval(values)
-    return mean, high - mean
+from marl.stats import mean_ci
 
 
 @dataclass

@@ -7,7 +7,8 @@ from:
 - :func:`t_quantile`: the two-sided quantile of Student's t for any degrees of freedom, computed
   from the t distribution's CDF (the regularized incomplete beta function) rather than read off a
   table, so no degrees of freedom fall back to the normal value.
-- :func:`mean_interval`: the mean of independent values with its Student-t interval.
+- :func:`mean_interval`: the mean of independent values with its Student-t interval, and
+  :func:`mean_ci`, the same as a mean and a half-width (tables print ``mean ± half``).
 - :func:`seed_clustered`: the mean over seeds of per-seed means, with a t-interval over seeds:
   the interval to report for a training recipe.
 - :func:`mcnemar`: the exact McNemar test for paired binary outcomes (the same held-out
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from statistics import NormalDist, fmean, stdev
 
-__all__ = ["mcnemar", "mean_interval", "seed_clustered", "t_quantile", "wilson"]
+__all__ = ["mcnemar", "mean_ci", "mean_interval", "seed_clustered", "t_quantile", "wilson"]
 
 
 def _check_confidence(confidence: float) -> None:
@@ -181,6 +182,17 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[fl
         return mean, math.nan, math.nan
     half = t_quantile(n - 1, confidence) * stdev(values, mean) / math.sqrt(n)
     return mean, mean - half, mean + half
+
+
+def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """``(mean, half)``: the mean of independent values and the half-width of its Student-t
+    interval (:func:`mean_interval`), for a table's ``mean ± half``. No values give
+    ``(nan, nan)``, one value its mean and a NaN half-width (no spread can be estimated from
+    one). Over per-seed values this is the seed-clustered interval (:func:`seed_clustered`)."""
+    if not values:
+        return math.nan, math.nan
+    mean, _, high = mean_interval(values, confidence)
+    return mean, high - mean
 
 
 def seed_clustered(

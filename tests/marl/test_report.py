@@ -11,8 +11,8 @@ import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from marl.errors import RunError
-from marl.report import main, mean_ci
-from marl.stats import t_quantile
+from marl.report import main
+from marl.stats import mean_ci, t_quantile
 
 
 def fake_run(root: Path, name: str, lr: float, seed: int, rewards: list[float]) -> None:

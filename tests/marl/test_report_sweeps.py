@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from marl.hparams import read_session
-from marl.report import group_labels, mean_ci
+from marl.report import group_labels
+from marl.stats import mean_ci
 
 AXIS = "scenario.overrides.reward.cooperation"
 

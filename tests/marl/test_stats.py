@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from marl.stats import mcnemar, mean_interval, seed_clustered, t_quantile, wilson
+from marl.stats import mcnemar, mean_ci, mean_interval, seed_clustered, t_quantile, wilson
 
 Z95 = 1.959963984540054  # the two-sided 95% normal quantile
 
@@ -92,6 +92,14 @@ def test_mean_interval() -> None:
     assert one[0] == 5.0 and math.isnan(one[1]) and math.isnan(one[2])
     with pytest.raises(ValueError, match="no values"):
         mean_interval([])
+
+
+def test_mean_ci_is_the_mean_and_half_width_of_the_t_interval() -> None:
+    mean, low, high = mean_interval([0.5, 2.0, 4.0, 4.5])
+    assert mean_ci([0.5, 2.0, 4.0, 4.5]) == (mean, high - mean)
+    one = mean_ci([5.0])
+    assert one[0] == 5.0 and math.isnan(one[1])  # one value: no spread to estimate
+    assert all(math.isnan(v) for v in mean_ci([]))
 
 
 def test_seed_clustered_is_the_t_interval_over_seed_means() -> None:

@@ -28,6 +28,7 @@ from marl.scenarios.builtin.kuhn_poker import (
 )
 from marl.scenarios.registry import make
 from marl.scenarios.zero_sum import is_zero_sum, outcomes, pick_word, winner
+from marl.stats import mean_ci
 from marl.testing import check_scenario, check_zero_sum, play_match
 
 ZERO_SUM = [n for n in marl.list_scenarios() if is_zero_sum(marl.make(n).spec)]
@@ -166,9 +167,7 @@ def _mean_return(name: str, bots: dict[str, str], episodes: int) -> tuple[float,
     env = make(name)
     agents = env.possible_agents
     values = [play_match(env, bots, seed=s, bot_seed=s)[agents[0]] for s in range(episodes)]
-    mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return mean, 1.96 * math.sqrt(var / len(values))
+    return mean_ci(values)  # the mean and its 95% t-interval's half-width
 
 
 def _kuhn_value(policies: list[str]) -> float:
