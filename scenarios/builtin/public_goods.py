@@ -15,12 +15,12 @@ Version history:
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from marl.scenarios.bots import register_bot
+from marl.scenarios.families.common import parse_int
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
 from marl.scenarios.spec import Problem
 
@@ -115,9 +115,7 @@ class PublicGoodsRules(Rules):
         contributions = {}
         for agent in self.agents:
             raw = actions.get(agent)
-            match = re.search(r"-?\d+", raw or "")
-            # a hostile 5,000-digit number would make int() raise; it is out of range anyway
-            value = int(match.group()) if match and len(match.group()) <= 18 else None
+            value = parse_int(raw)
             if value is None or not 0 <= value <= p.endowment:
                 result.invalid[agent] = (
                     f"expected a whole number from 0 to {p.endowment}, got {raw!r}"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marl.scenarios.bots import register_bot
+from marl.scenarios.families.common import parse_int
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
 from marl.scenarios.spec import Problem
 
@@ -165,11 +166,9 @@ class SpotlightRules(Rules):
 
     def _parse(self, raw: str | None) -> int | None:
         text = (raw or "").strip().lower()
-        match = re.search(r"\d+", text)
-        if match:
-            if len(match.group()) > 18:  # int() refuses 5,000 digits; out of range anyway
-                return None
-            pick = int(match.group()) - 1
+        number = parse_int(text, signed=False)
+        if number is not None:
+            pick = number - 1
             return pick if 0 <= pick < len(self.options) else None
         named = [i for i, w in enumerate(self.options) if re.search(rf"\b{w}\b", text)]
         return named[0] if len(named) == 1 else None

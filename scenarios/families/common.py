@@ -198,11 +198,21 @@ def match_choice(text: str | None, choices: Sequence[str]) -> str | None:
 
 
 _INTEGER = re.compile(r"(?<![0-9])-?[0-9]{1,18}(?![0-9])")
+_UNSIGNED = re.compile(r"(?<![0-9])[0-9]{1,18}(?![0-9])")
+MAX_PARSED_CHARS = 2000  # a reply is searched for a number this far
 
 
-def parse_int(text: str | None) -> int | None:
-    """The first whole number (ASCII digits, at most 18 of them) in ``text``, or None."""
+def parse_int(text: str | None, signed: bool = True) -> int | None:
+    """The first whole number in a reply ``text``, or None: the one parser every scenario uses
+    to read a number out of an action.
+
+    A number is a run of ASCII digits, at most 18 of them, so ``int()`` stays cheap: a longer
+    run (a hostile 5,000-digit reply) is not a number, and the search goes on past it. Only
+    the first :data:`MAX_PARSED_CHARS` characters are searched. A ``-`` right before the
+    digits makes the number negative; with ``signed=False`` it is ignored (``option-2`` is 2),
+    for answers that can only be positive.
+    """
     if not text:
         return None
-    match = _INTEGER.search(text[:2000])
+    match = (_INTEGER if signed else _UNSIGNED).search(text[:MAX_PARSED_CHARS])
     return int(match.group()) if match else None

@@ -20,7 +20,7 @@ from marl.cli import main
 from marl.scenarios import validate_scenario
 from marl.scenarios.base import TextScenarioEnv
 from marl.scenarios.bots import bot_names
-from marl.scenarios.families.common import match_choice
+from marl.scenarios.families.common import match_choice, parse_int
 from marl.scenarios.families.templates import render, template_problems
 from marl.scenarios.registry import BUILTIN_DIR, load_document
 from marl.scenarios.rules import RULES
@@ -450,6 +450,30 @@ def test_a_reply_names_a_choice_whole_or_as_the_only_choice_word_in_it() -> None
     assert match_choice("stagger", choices) is None
     assert match_choice("", choices) is None and match_choice(None, choices) is None
     assert match_choice("7" * 20_000 + " stag", choices) is None  # only the first 2,000 chars
+
+
+def test_the_first_whole_number_of_a_reply() -> None:
+    assert parse_int("I give 7 coins, not 3") == 7
+    assert parse_int("ACTION: -2") == -2 and parse_int("option-2", signed=False) == 2
+    assert parse_int("1.5") == 1  # a decimal's whole part: the rules then judge the range
+    assert parse_int("7" * 19 + " then 4") == 4  # 19 digits is no number; the search goes on
+    assert parse_int("7" * 5000) is None and parse_int("٣ or 𝟕") is None  # ASCII digits only
+    assert parse_int("x" * 2000 + "5") is None  # only the first 2,000 characters
+    assert parse_int("") is None and parse_int(None) is None and parse_int("none") is None
+
+
+def test_public_goods_and_spotlight_read_their_numbers_with_it() -> None:
+    goods = marl.make("public-goods")
+    goods.reset(seed=0)
+    contribute = goods.rules.params.talk_rounds  # the first round with an action
+    reply = dict.fromkeys(goods.rules.agents, "I put in 3 of my coins")
+    result = goods.rules.step(reply, contribute, False)
+    assert not result.invalid
+    assert goods.rules.history[-1] == dict.fromkeys(goods.rules.agents, 3)
+    spot = marl.make("spotlight")
+    spot.reset(seed=0)
+    assert spot.rules._parse("option-2, surely") == 1  # the second option; no sign read
+    assert spot.rules._parse("7" * 5000) is None
 
 
 def test_templates_substitute_data_and_never_evaluate() -> None:
