@@ -36,9 +36,12 @@ def sampling_config(config: Config) -> SamplingConfig:
     return SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p)
 
 
-def build_backend(config: Config, model: ModelSpec | None = None, **kwargs: Any) -> PolicyBackend:
-    """Load a model (the run's, or ``model``) and wrap it in the configured backend."""
-    loaded, tokenizer = load_model(model or config.model)
+def build_backend(
+    config: Config, model: ModelSpec | None = None, device: str | None = None, **kwargs: Any
+) -> PolicyBackend:
+    """Load a model (the run's, or ``model``) on ``device`` and wrap it in the configured
+    backend; ``kwargs`` go to the backend (vLLM's adapter slots)."""
+    loaded, tokenizer = load_model(model or config.model, device)
     return make_backend(
         config.backend, model=loaded, tokenizer=tokenizer, **_backend_options(config, kwargs)
     )
@@ -97,11 +100,6 @@ class WeightPayload:
     kind: str  # "full" (every base weight) or "adapter" (peft adapter state dict)
     state: dict[str, torch.Tensor]
     version: int  # the number of updates the learner has made
-
-    @property
-    def nbytes(self) -> int:
-        """Size of the tensors (the sync traffic of this policy, per receiver)."""
-        return sum(t.numel() * t.element_size() for t in self.state.values())
 
 
 class AdapterBackend:
@@ -169,18 +167,18 @@ class InferencePolicies:
                         extra["max_lora_rank"] = max(
                             [16] + [s.lora.r for s in specs.values() if s.lora is not None]
                         )
-                    base = _backend(config, spec.model, device, **extra)
+                    base = build_backend(config, spec.model, device, **extra)
                     shared[spec.base_key] = base
                 lora = peft_lora_config(spec.lora) if spec.lora is not None else None
                 if spec.adapter is not None:
                     base.add_adapter(spec.adapter, None, config=lora)  # type: ignore[call-arg]
                 self.backends[pid] = AdapterBackend(base, spec.adapter, lora)
             elif not spec.trainable:  # frozen full policies over one base share it too
-                base = shared.get(spec.base_key) or _backend(config, spec.model, device)
+                base = shared.get(spec.base_key) or build_backend(config, spec.model, device)
                 shared[spec.base_key] = base
                 self.backends[pid] = base
             else:
-                self.backends[pid] = _backend(config, spec.model, device)
+                self.backends[pid] = build_backend(config, spec.model, device)
             self.versions[pid] = 0
 
     def load(self, payload: WeightPayload) -> None:
@@ -188,27 +186,6 @@ class InferencePolicies:
         backend = self.backends[payload.policy_id]
         backend.load_weights(payload.state)
         self.versions[payload.policy_id] = payload.version
-
-    def logprobs(
-        self, policy_id: str, prompt_ids: Sequence[int], response_ids: Sequence[int], config: Config
-    ) -> list[float]:
-        """Logprob of each response token under ``policy_id`` as the rollout side holds it."""
-        from marl.agents.logprobs import sequence_logprobs
-
-        backend = self.backends[policy_id]
-        model = backend.model  # type: ignore[attr-defined]
-        adapter = getattr(backend, "adapter", None)
-        s = config.sampling
-        with torch.no_grad(), adapter_active(model, adapter):
-            values, _ = sequence_logprobs(
-                model,
-                [list(prompt_ids)],
-                [list(response_ids)],
-                temperature=s.temperature or 1.0,
-                top_p=s.top_p,
-                pad_token_id=backend.tokenizer.pad_token_id or 0,
-            )
-        return values[0].tolist()
 
 
 @contextmanager
@@ -224,13 +201,6 @@ def adapter_active(model: Any, adapter: str | None) -> Iterator[None]:
     else:
         model.set_adapter(adapter)
         yield
-
-
-def _backend(config: Config, model: ModelSpec, device: str | None, **kwargs: Any) -> PolicyBackend:
-    loaded, tokenizer = load_model(model, device)
-    return make_backend(
-        config.backend, model=loaded, tokenizer=tokenizer, **_backend_options(config, kwargs)
-    )
 
 
 class PolicyLearner:
@@ -322,26 +292,6 @@ class PolicyLearner:
         _, tensors = self._tensors()
         unique = {v.data_ptr(): v for v in tensors.values()}
         return sum(v.numel() * v.element_size() for v in unique.values())
-
-    def logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> list[float]:
-        """Logprob of each response token under the learner's current weights."""
-        from marl.agents.logprobs import sequence_logprobs
-
-        s = self.config.sampling
-        was_training = self.model.training
-        self.activate()
-        self.model.eval()
-        with torch.no_grad():
-            values, _ = sequence_logprobs(
-                self.model,
-                [list(prompt_ids)],
-                [list(response_ids)],
-                temperature=s.temperature or 1.0,
-                top_p=s.top_p,
-                pad_token_id=self.tokenizer.pad_token_id or 0,
-            )
-        self.model.train(was_training)
-        return values[0].tolist()
 
     def state_dict(self) -> dict[str, Any]:
         """Weights, optimizer, RNG and version: what a checkpoint keeps of this policy."""

@@ -222,14 +222,6 @@ class RolloutWorker:
             response_prefix=self.config.sampling.response_prefix,
         )
 
-    def logprobs(
-        self, policy_id: str, prompt_ids: Sequence[int], response_ids: Sequence[int]
-    ) -> list[float]:
-        """Logprobs of a fixed completion under the weights this worker holds."""
-        if self.policies is None:
-            raise ConfigError("agents: scripted agents have no logprobs")
-        return self.policies.logprobs(policy_id, prompt_ids, response_ids, self.config)
-
     def exploitability(self, policy_id: str) -> dict[str, Any]:
         """Policy ``policy_id`` scored exactly as a table of the scenario's game tree with the
         weights this worker holds (:func:`marl.exploitability_log.score_model`; plain data):

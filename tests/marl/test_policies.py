@@ -13,11 +13,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
+from marl.agents.logprobs import sequence_logprobs
 from marl.checkpoint import load_checkpoint
 from marl.cli import _register_scenario_options
 from marl.config import Config, ConfigError, load_config
 from marl.credit_phase import credit_phase
-from marl.policies import PolicyLearner
+from marl.policies import PolicyLearner, adapter_active
 from marl.policy_map import assign_gpus, plan_for, resolve_policies
 from marl.runtime import LocalRuntime
 from marl.train import train
@@ -126,16 +127,26 @@ def test_mixed_map_patterns_and_per_policy_settings() -> None:
 @pytest.mark.parametrize(
     "overrides, key",
     [
-        ({"sharing": "custom", "policy_map": {"a": "p", "b": "p", "c": "p"},
-          "policies": {"p": {}}}, "policy_map: agent 'd' has no policy"),
+        (
+            {
+                "sharing": "custom",
+                "policy_map": {"a": "p", "b": "p", "c": "p"},
+                "policies": {"p": {}},
+            },
+            "policy_map: agent 'd' has no policy",
+        ),
         ({"policies": {"ghost": {}}}, "policies.ghost: no agent plays this policy"),
         ({"policy_map": {"b": "nowhere"}}, "policy_map.b: policy 'nowhere' is not declared"),
         ({"policy_map": {"zed": "shared"}}, "policy_map.zed: the scenario has no agent 'zed'"),
         ({"policy_map": {"x*": "shared"}}, "policy_map.x*: the pattern matches no agent"),
-        ({"policies": {"opp": {"trainable": False, "num_gpus": 1}},
-          "policy_map": {"d": "opp"}}, "policies.opp.num_gpus: a frozen policy"),
-        ({"policies": {"opp": {"trainable": False, "lora": {}}},
-          "policy_map": {"d": "opp"}}, "policies.opp.lora: a frozen LoRA adapter"),
+        (
+            {"policies": {"opp": {"trainable": False, "num_gpus": 1}}, "policy_map": {"d": "opp"}},
+            "policies.opp.num_gpus: a frozen policy",
+        ),
+        (
+            {"policies": {"opp": {"trainable": False, "lora": {}}}, "policy_map": {"d": "opp"}},
+            "policies.opp.lora: a frozen LoRA adapter",
+        ),
         ({"policy_map": {"d": "bad id"}, "policies": {"bad id": {}}}, "policy_map.d: policy id"),
     ],
 )
@@ -190,7 +201,6 @@ def test_explicit_requests_stay_and_null_ones_share_what_is_left() -> None:
     assert assign_gpus(plan, 3, reserved=1) == pytest.approx({"a": 1.0, "b": 0.5, "c": 0.5})
     with pytest.raises(ConfigError, match=r"policies\.a\.num_gpus: asks for 1 GPU"):
         assign_gpus(plan, 0.5)
-
 
 
 def test_impossible_device_requests_fail_before_anything_starts(
@@ -298,42 +308,69 @@ def test_each_policy_learns_only_from_its_agents(mixed_runtime) -> None:
         PolicyLearner(team, loaded).update(by_agent["d"])
 
 
+def _logprobs(model: torch.nn.Module, adapter: str | None, turn, config: Config) -> list[float]:
+    """Logprob of each response token of ``turn`` under ``model`` with only ``adapter`` on
+    (None: no adapter), sampled as ``config.sampling`` says."""
+    s = config.sampling
+    with torch.no_grad(), adapter_active(model, adapter):
+        values, _ = sequence_logprobs(
+            model,
+            [list(turn.prompt_ids)],
+            [list(turn.response_ids)],
+            temperature=s.temperature or 1.0,
+            top_p=s.top_p,
+        )
+    return values[0].tolist()
+
+
 def test_lora_adapter_reaches_the_rollout_side(mixed_runtime) -> None:
     loaded, runtime = mixed_runtime
     learner = runtime.learners["own"]
     assert all(p.requires_grad == ("lora_" in k) for k, p in learner.model.named_parameters())
     rollout = _rollout_with_signal(loaded, runtime)
     turn = next(t for t in rollout.turns if t.agent == "c" and t.advantage != 0)
-    stale = runtime.worker.logprobs("own", turn.prompt_ids, turn.response_ids)
+    backends = runtime.worker.policies.backends
+
+    def worker(policy_id: str) -> list[float]:  # under the weights the rollout side holds
+        backend = backends[policy_id]
+        return _logprobs(backend.model, getattr(backend, "adapter", None), turn, loaded)
+
+    stale = worker("own")
     runtime.update(rollout.turns)
-    learned = learner.logprobs(turn.prompt_ids, turn.response_ids)
+    learned = _logprobs(learner.model, learner.spec.adapter, turn, loaded)
     assert max(abs(x - y) for x, y in zip(stale, learned)) > 1e-3  # the adapter learned
     # in one process the learner trains the rollout's own adapter: there before any sync
     assert learner.colocated
-    synced = runtime.worker.logprobs("own", turn.prompt_ids, turn.response_ids)
+    synced = worker("own")
     assert synced == pytest.approx(learned, abs=1e-5)
     runtime.sync()
-    assert runtime.worker.logprobs("own", turn.prompt_ids, turn.response_ids) == synced
+    assert worker("own") == synced
     # the frozen opponent shares the base model but never sees the adapter
-    opponent = runtime.worker.logprobs("opponent", turn.prompt_ids, turn.response_ids)
-    with learner.model.disable_adapter():
-        base = learner.logprobs(turn.prompt_ids, turn.response_ids)
+    opponent = worker("opponent")
+    base = _logprobs(learner.model, None, turn, loaded)
     assert opponent == pytest.approx(base, abs=1e-5)
     assert max(abs(x - y) for x, y in zip(opponent, synced)) > 1e-3
 
 
 @pytest.mark.slow
 def test_mixed_run_checkpoints_every_policy_and_resumes_exactly(tmp_path: Path) -> None:
-    straight = train(config(**MIXED, train={"steps": 2, "seeds_per_step": 1, "group_size": 4}),
-                     run_dir=tmp_path / "straight")
+    straight = train(
+        config(**MIXED, train={"steps": 2, "seeds_per_step": 1, "group_size": 4}),
+        run_dir=tmp_path / "straight",
+    )
     train(config(**MIXED), run_dir=tmp_path / "first")
     state = load_checkpoint(tmp_path / "first" / "checkpoints")
-    assert {p: s["kind"] for p, s in state["policies"].items()} == {"team": "full",
-                                                                   "own": "adapter"}
+    assert {p: s["kind"] for p, s in state["policies"].items()} == {
+        "team": "full",
+        "own": "adapter",
+    }
     assert all("lora_" in k for k in state["policies"]["own"]["weights"])
     resumed = train(
-        config(**MIXED, train={"steps": 2, "seeds_per_step": 1, "group_size": 4},
-               resume=str(tmp_path / "first")),
+        config(
+            **MIXED,
+            train={"steps": 2, "seeds_per_step": 1, "group_size": 4},
+            resume=str(tmp_path / "first"),
+        ),
         run_dir=tmp_path / "resumed",
     )
 
@@ -349,8 +386,9 @@ def test_scripted_agents_train_loop_plays_without_a_model(tmp_path: Path) -> Non
         config(agents="scripted", bot="random", scenario={"name": "signal", "overrides": {}}),
         run_dir=tmp_path,
     )
-    assert "agents/speaker/reward" in metrics and not any(k.startswith("policies/")
-                                                          for k in metrics)
+    assert "agents/speaker/reward" in metrics and not any(
+        k.startswith("policies/") for k in metrics
+    )
     with pytest.raises(ConfigError, match="credit.name"):
         train(config(agents="scripted", credit={"name": "difference"}), run_dir=tmp_path)
 
