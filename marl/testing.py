@@ -8,7 +8,8 @@ the moment it is registered. Scenario authors can call them directly::
 
 Zero-sum games (``ScenarioInfo.zero_sum``) also run :func:`check_zero_sum`: every pairing of
 their bots, each seat, returns that sum to zero and read as win/draw/loss. Every TextArena game
-the adapter supports runs the same checks through :func:`check_textarena_game`.
+the adapter supports runs the same checks: ``check_scenario("textarena", {"params": {"env_id":
+env_id}})``.
 """
 
 from __future__ import annotations
@@ -169,9 +170,3 @@ def check_scenario(name: str, overrides: Mapping[str, Any] | None = None) -> Non
         check_snapshot_replay(env, seed=7, fork_round=fork)
     if is_zero_sum(env.spec):
         check_zero_sum(env, seeds=range(5))
-
-
-def check_textarena_game(env_id: str) -> None:
-    """Every conformance check on the TextArena game ``env_id`` hosted by the adapter
-    (``textarena-v0`` with ``params.env_id``); needs the ``textarena`` extra."""
-    check_scenario("textarena", {"params": {"env_id": env_id}})

@@ -51,12 +51,6 @@ def outcomes(returns: Mapping[str, float], tolerance: float = TOLERANCE) -> dict
     return {agent: outcome(r, 0.0, tolerance) for agent, r in returns.items()}
 
 
-def winner(returns: Mapping[str, float], tolerance: float = TOLERANCE) -> str | None:
-    """The agent that won the episode, or ``None`` for a draw (see :func:`outcomes`)."""
-    won = [a for a, o in outcomes(returns, tolerance).items() if o == "win"]
-    return won[0] if len(won) == 1 else None
-
-
 def is_zero_sum(spec: Any) -> bool:
     """Whether episodes of the scenario ``spec`` keep the contract: its rules declare zero-sum
     payoffs (``ScenarioInfo.zero_sum``), the malformed penalty is 0 and cooperation is below 1

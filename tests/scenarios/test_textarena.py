@@ -1,6 +1,6 @@
 """The TextArena adapter: every supported game passes the conformance suite, offline.
 
-``marl.testing.check_textarena_game`` runs PettingZoo's ``parallel_api_test`` and
+``marl.testing.check_scenario`` runs PettingZoo's ``parallel_api_test`` and
 ``parallel_seed_test``, an AEC play-through, the edge check, the snapshot replay from every
 round and the zero-sum check on each game in ``SUPPORTED``. The rest: TextArena's own turn
 order and invalid-move rule, seeding that leaves the global ``random`` alone, games that cannot
@@ -33,7 +33,7 @@ from marl.scenarios.spec import ScenarioError  # noqa: E402
 from marl.scenarios.textarena_games import SUPPORTED, offline_guard, probe_offline  # noqa: E402
 from marl.scenarios.transcript import render_transcript  # noqa: E402
 from marl.scenarios.zero_sum import outcomes  # noqa: E402
-from marl.testing import check_textarena_game, play_match  # noqa: E402
+from marl.testing import check_scenario, play_match  # noqa: E402
 
 # the anchors tests/scenarios/test_prompt_anchors.py looks for in every prompt
 PLACEHOLDER = re.compile(r"<[^<>\n]{1,40}>")
@@ -51,7 +51,7 @@ def game(env_id: str, **overrides: object) -> marl.TextScenarioEnv:
 
 @pytest.mark.parametrize("env_id", GAMES)
 def test_every_supported_game_passes_the_conformance_suite(env_id: str) -> None:
-    check_textarena_game(env_id)
+    check_scenario("textarena", {"params": {"env_id": env_id}})
 
 
 @pytest.mark.parametrize("env_id", GAMES)

@@ -27,7 +27,7 @@ from marl.scenarios.builtin.kuhn_poker import (
     legal_moves,
 )
 from marl.scenarios.registry import make
-from marl.scenarios.zero_sum import is_zero_sum, outcomes, pick_word, winner
+from marl.scenarios.zero_sum import is_zero_sum, outcomes, pick_word
 from marl.stats import mean_ci
 from marl.testing import check_scenario, check_zero_sum, play_match
 
@@ -61,8 +61,6 @@ def test_outcomes_read_the_sign_of_the_returns() -> None:
     assert outcomes({"a": 2.0, "b": -2.0}) == {"a": "win", "b": "loss"}
     assert outcomes({"a": 0.0, "b": 0.0}) == {"a": "draw", "b": "draw"}
     assert outcomes({"a": -0.2 + 1e-16, "b": 0.2}) == {"a": "loss", "b": "win"}
-    assert winner({"a": -4.0, "b": 4.0}) == "b"
-    assert winner({"a": 0.0, "b": 0.0}) is None
     with pytest.raises(ValueError, match="do not sum to zero"):
         outcomes({"a": 1.0, "b": -0.9})
     with pytest.raises(ValueError, match="finite"):
