@@ -1,0 +1,407 @@
+"""The Kuhn Poker experiment of issue 27: SmolLM2 trained three ways, and the exact
+exploitability of what it learned, 5 seeds per condition.
+
+Conditions (each ``marl train --config-name kuhn``: configs/kuhn.yaml, SmolLM2-135M full
+fine-tuning, one policy on both seats, ``algo=rae``, 16 hands an iteration, a format-only
+warm-up first):
+
+  selfplay   ``league=selfplay``: the learner plays both seats, both trained (SPIRAL's setup).
+  vs_nash    ``league=bot_rule``: against the scenario's rule bot, a Nash equilibrium (bluff
+             rate 1/6). The learner plays one seat per hand (alternating), only its turns train.
+  vs_random  ``league=bot_random``: the same against the uniform random bot.
+
+The warm-up (configs/kuhn.yaml ``warmup:``) imitates the ``format`` bot, which for Kuhn Poker
+is the random bot: it teaches the reply format (one move word, then the end of the turn) with
+uniformly random moves, whatever the card, so it teaches no strategy; it pulls the policy
+towards uniform play (exploitability 11/24). It is needed: the base model named exactly one
+legal move in 28 of 96 sampled replies and put under 0.001 of its mass on the exact replies
+that the table scores (configs/kuhn.yaml has the measurement).
+
+Every run logs the learner's exact exploitability (``league/exploitability``, chips a hand;
+NashConv / 2: 0 at a Nash equilibrium, 11/24 for uniform random play), ``league/nash_conv``,
+the table's expected chips against the Nash bot and the random bot (``eval/chips_vs_nash``,
+``eval/chips_vs_random``, mean of the two seats) and ``league/malformed_mass``, scored on the
+game tree after the warm-up and before the first update (step 0), every ``--every`` updates and
+after the last (marl/exploitability_log.py). They are read back from each run's TensorBoard
+events (``bench/common.read_scalars``: every tag is logged at every step 0..N, so a list's index
+is its step; ``league/exploitability_fresh`` marks the scored steps).
+
+Headline numbers are seed-clustered: the mean of the per-seed values with a 95% t-interval over
+seeds (:func:`marl.stats.seed_clustered`); start -> end changes are paired by seed
+(:func:`marl.stats.mean_interval` over the per-seed differences). The issue's goal, checked for
+every condition (it is stated for self-play): the mean exploitability at the end at most half
+of the mean at the start, with a paired change whose interval excludes 0.
+
+Only missing runs are trained: a run is done when its final checkpoint is there
+(``checkpoints/step_<steps>/state.pt``); a run directory without it (a run that stopped) is
+removed and trained again. Runs live under ``--runs``/<condition>/seed<k>, one subprocess at a
+time; each writes ``wall_s.json`` beside its events. ``--steps`` says which checkpoint is final,
+also with ``--no-train``.
+
+Sizes (configs/kuhn.yaml), and why a SmolLM2 run of 30 iterations should take 3-4 minutes here.
+A hand has 2.25 turns on average under uniform play (2 after check-check or a bet, 3 after
+check-bet), so an iteration of 16 hands gives 36 turns in self-play and ~18 learner turns
+against a bot (the tiny smoke runs, whose model always checks, logged ``policies/shared/turns``
+32 and 19-20). Kuhn Poker shows a player only 12 distinct observations (card x betting), all
+after one system prompt (~255 tokens a prompt with SmolLM2's tokenizer, ~190 of them shared),
+and both generation and the update run each distinct prompt once and the shared prefix once
+(``share_prompts``: bench/results/shared_prompts.json, the update 4.1x faster on repeated
+prompts, 2.9x on a shared system prompt). So an iteration is about:
+
+- rollout: 3 rounds, each a prefill of <= 6 distinct prompt tails (~60 tokens each) and at most
+  6 decoding steps for <= 16 rows (replies are 2 tokens after the format warm-up): ~1 s a round;
+- update: one optimizer step over every turn, in microbatches of 8 (~15 prompt tails and the
+  prefix, ~1,200 prompt tokens), at the full-model rate measured for SmolLM2 here (610 tokens/s
+  on 1 thread, bf16: bench/results/trl_vs_marl_bfloat16.json), plus the AdamW step on fp32
+  masters: ~2 s;
+
+~5.5 s in all, ~3 minutes for 30 iterations, and ~4 minutes a run with the warm-up (8 steps of
+~18 turns, ~20 s), 7 exact scorings (12 prompts in one forward pass: 3.3 s measured for the base
+model on 1 thread of this loaded machine) and the start-up and final checkpoint (~30 s); 15 runs
+in about an hour. An estimate, not a measurement: the table reports each condition's median
+``perf/step_time`` and run time.
+
+    .venv/bin/python bench/kuhn.py                        # train what is missing, tabulate
+    .venv/bin/python bench/kuhn.py --no-train             # tabulate the runs there
+    .venv/bin/python bench/kuhn.py --conditions selfplay --seeds 0      # one run
+    .venv/bin/python bench/kuhn.py --model tiny --steps 2 --seeds 0 --every 1 --threads 1 \\
+        --runs /tmp/kuhn_runs --out /tmp/kuhn_out train.seeds_per_step=4 warmup.steps=1
+                                                          # a wiring check with the tiny model
+
+Writes ``--out`` (bench/results/kuhn/): summary.json (per run: command, curves, start/end; per
+condition: the seed-clustered numbers and the goal check), table.md and curves.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
+
+from marl.role_eval import json_safe  # noqa: E402
+from marl.stats import mean_interval, seed_clustered  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CONDITIONS: dict[str, list[str]] = {
+    "selfplay": ["league=selfplay"],
+    "vs_nash": ["league=bot_rule"],
+    "vs_random": ["league=bot_random"],
+}
+LABELS = {
+    "selfplay": "self-play (league, rae)",
+    "vs_nash": "against the Nash bot",
+    "vs_random": "against the random bot",
+}
+# short name -> TensorBoard tag (marl/exploitability_log.py)
+METRICS = {
+    "exploitability": "league/exploitability",
+    "nash_conv": "league/nash_conv",
+    "chips_vs_nash": "eval/chips_vs_nash",
+    "chips_vs_random": "eval/chips_vs_random",
+    "malformed_mass": "league/malformed_mass",
+}
+FRESH = "league/exploitability_fresh"
+UNIFORM = 11 / 24  # the uniform random policy's exploitability (NashConv 11/12)
+DEFAULT_RUNS = ROOT / "runs" / "kuhn5"
+DEFAULT_OUT = ROOT / "bench" / "results" / "kuhn"
+
+
+def run_dir(args: argparse.Namespace, condition: str, seed: int) -> Path:
+    return Path(args.runs) / condition / f"seed{seed}"
+
+
+def finished(args: argparse.Namespace, condition: str, seed: int) -> bool:
+    """Whether the run's final checkpoint is there."""
+    final = run_dir(args, condition, seed) / "checkpoints" / f"step_{args.steps:06d}"
+    return (final / "state.pt").is_file()
+
+
+def train_missing(args: argparse.Namespace, condition: str, seed: int) -> None:
+    """Train the run unless its final checkpoint is there; a run directory without one (a run
+    that stopped: its events would mix with the new run's) is removed first."""
+    if finished(args, condition, seed):
+        return
+    where = run_dir(args, condition, seed)
+    if where.exists():
+        print(f"  {condition} seed {seed}: no final checkpoint in {where}; training it again")
+        shutil.rmtree(where)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    wall = run_marl(
+        [
+            "train",
+            "--config-name",
+            "kuhn",
+            *CONDITIONS[condition],
+            f"model={args.model}",
+            f"seed={seed}",
+            f"train.steps={args.steps}",
+            f"train.exploitability_every={args.every}",
+            "logging.progress=false",
+            *args.extra,
+            f"hydra.run.dir={where}",
+        ],
+        args.threads,
+        f"{condition} seed {seed}",
+        log=where.parent / f"{where.name}.log",
+    )
+    (where / "wall_s.json").write_text(json.dumps(wall))
+    print(f"  {condition} seed {seed}: {wall:.0f} s", flush=True)
+
+
+def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, Any]:
+    """One run's curves at its scored steps, its start and end values, and its timings."""
+    import yaml
+
+    where = run_dir(args, condition, seed)
+    scalars = read_scalars(where / "tensorboard")
+    fresh = scalars.get(FRESH, [])
+    if not fresh:
+        raise SystemExit(f"{where}: no {FRESH} in its events (was it a Kuhn Poker run?)")
+    steps = len(fresh) - 1
+    for tag in METRICS.values():
+        if len(scalars.get(tag, [])) != steps + 1:
+            raise SystemExit(
+                f"{where}: {tag} has {len(scalars.get(tag, []))} points for steps 0..{steps}; "
+                "events of two runs in one directory? remove it and train again"
+            )
+    scored = [step for step, flag in enumerate(fresh) if flag > 0.5]
+    config = yaml.safe_load((where / "config.yaml").read_text())
+    wall = where / "wall_s.json"
+    step_times = scalars.get("perf/step_time", [])
+    turns = scalars.get("policies/shared/turns", [])
+    return {
+        "condition": condition,
+        "seed": seed,
+        "command": run_command(where),
+        "model": config["model"]["kind"],
+        "steps": steps,
+        "warmup": {k: config["warmup"][k] for k in ("steps", "bot", "episodes", "lr")},
+        "hands_per_step": config["train"]["seeds_per_step"] * config["train"]["group_size"],
+        "scored_steps": scored,
+        "curves": {name: [scalars[tag][s] for s in scored] for name, tag in METRICS.items()},
+        "start": {name: scalars[tag][0] for name, tag in METRICS.items()},
+        "end": {name: scalars[tag][-1] for name, tag in METRICS.items()},
+        "step_time_median_s": statistics.median(step_times) if step_times else None,
+        "learner_turns_per_step": statistics.fmean(turns) if turns else None,
+        "wall_s": json.loads(wall.read_text()) if wall.is_file() else None,
+    }
+
+
+def clustered(values: list[float]) -> dict[str, float] | None:
+    """Seed-clustered mean and 95% interval (one value per seed; NaN bounds for one seed)."""
+    if not values:
+        return None
+    mean, low, high = seed_clustered([[v] for v in values])
+    return {"mean": mean, "low": low, "high": high, "seeds": len(values)}
+
+
+def paired(before: list[float], after: list[float]) -> dict[str, float] | None:
+    """The mean of after - before over seeds, with its paired 95% t-interval."""
+    diffs = [a - b for a, b in zip(after, before)]
+    if not diffs:
+        return None
+    mean, low, high = mean_interval(diffs)
+    return {"mean": mean, "low": low, "high": high, "seeds": len(diffs)}
+
+
+def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
+    """A condition's seed-clustered numbers, its goal check and its mean curve."""
+    mine = [r for r in runs if r["condition"] == condition]
+    if not mine:
+        return {}
+    out: dict[str, Any] = {"seeds": [r["seed"] for r in mine]}
+    for name in METRICS:
+        start = [r["start"][name] for r in mine]
+        end = [r["end"][name] for r in mine]
+        out[name] = {"start": clustered(start), "end": clustered(end), "change": paired(start, end)}
+    start = [r["start"]["exploitability"] for r in mine]
+    end = [r["end"]["exploitability"] for r in mine]
+    out["exploitability"]["ratio"] = clustered([e / s for s, e in zip(start, end) if s > 0])
+    # end - start / 2 < 0 paired by seed: the end is below half the start
+    out["exploitability"]["end_minus_half_start"] = paired([s / 2 for s in start], end)
+    change = out["exploitability"]["change"]
+    half = statistics.fmean(end) <= statistics.fmean(start) / 2
+    excludes = change is not None and not math.isnan(change["high"]) and change["high"] < 0
+    out["goal"] = {
+        "end_at_most_half_of_start": half,
+        "change_interval_excludes_0": excludes,
+        "met": half and excludes,
+    }
+    out["curve"] = _mean_curve(mine)
+    times = [r["step_time_median_s"] for r in mine if r["step_time_median_s"] is not None]
+    walls = [r["wall_s"] for r in mine if r["wall_s"] is not None]
+    turns = [r["learner_turns_per_step"] for r in mine if r["learner_turns_per_step"] is not None]
+    out["step_time_median_s"] = statistics.median(times) if times else None
+    out["wall_s_median"] = statistics.median(walls) if walls else None
+    out["learner_turns_per_step"] = statistics.fmean(turns) if turns else None
+    return out
+
+
+def _mean_curve(mine: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Exploitability and chips against the Nash bot at the steps every seed scored: the mean
+    over seeds with the seed-clustered 95% band."""
+    common = sorted(set.intersection(*(set(r["scored_steps"]) for r in mine)))
+    curve: dict[str, list[float]] = {"steps": common}
+    for name in ("exploitability", "chips_vs_nash"):
+        rows = [
+            clustered([r["curves"][name][r["scored_steps"].index(step)] for r in mine])
+            for step in common
+        ]
+        curve[name] = [x["mean"] for x in rows if x]
+        curve[f"{name}_low"] = [x["low"] for x in rows if x]
+        curve[f"{name}_high"] = [x["high"] for x in rows if x]
+    return curve
+
+
+def _fmt(x: dict[str, float] | None, digits: int = 3, sign: bool = False) -> str:
+    if not x:
+        return "-"
+    f = f"{{:{'+' if sign else ''}.{digits}f}}"
+    if math.isnan(x["low"]):
+        return f.format(x["mean"])
+    return f"{f.format(x['mean'])} [{f.format(x['low'])}, {f.format(x['high'])}]"
+
+
+def _seconds(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    lines = [
+        "Exact exploitability of the learner's policy on Kuhn Poker's game tree, chips a hand "
+        f"(NashConv / 2: 0 at a Nash equilibrium, {UNIFORM:.3f} for uniform random play). "
+        "Start: after the format warm-up, before the first update; end: after the last. "
+        "Seed-clustered means with 95% t-intervals over seeds; changes paired by seed. "
+        "Goal (issue 27, for self-play): mean end <= half the mean start, with a change "
+        "interval below 0.",
+        "",
+        "| condition | seeds | exploitability start -> end | change (paired) | end / start "
+        "| goal | chips vs Nash start -> end | chips vs random start -> end "
+        "| malformed mass start -> end | learner turns / step | step (s) | run (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for condition in CONDITIONS:
+        a = table.get(condition)
+        if not a:
+            continue
+        e, n, r, m = (
+            a[k] for k in ("exploitability", "chips_vs_nash", "chips_vs_random", "malformed_mass")
+        )
+        goal = "met" if a["goal"]["met"] else "not met"
+        turns = a["learner_turns_per_step"]
+        lines.append(
+            f"| {condition} | {len(a['seeds'])} | {_fmt(e['start'])} -> {_fmt(e['end'])} "
+            f"| {_fmt(e['change'], sign=True)} | {_fmt(e['ratio'], 2)} | {goal} "
+            f"| {_fmt(n['start'], sign=True)} -> {_fmt(n['end'], sign=True)} "
+            f"| {_fmt(r['start'], sign=True)} -> {_fmt(r['end'], sign=True)} "
+            f"| {_fmt(m['start'])} -> {_fmt(m['end'])} "
+            f"| {'-' if turns is None else f'{turns:.1f}'} | {_seconds(a['step_time_median_s'])} "
+            f"| {_seconds(a['wall_s_median'])} |"
+        )
+    lines += [
+        "",
+        "Per run (exploitability start -> end; the command that trained it, with "
+        "`OMP_NUM_THREADS` = `--threads`):",
+        "",
+        "| condition | seed | start | end | change | command |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        s, e = r["start"]["exploitability"], r["end"]["exploitability"]
+        lines.append(
+            f"| {r['condition']} | {r['seed']} | {s:.3f} | {e:.3f} | {e - s:+.3f} "
+            f"| `{r['command'] or '-'}` |"
+        )
+    return "\n".join(lines)
+
+
+def plot(path: Path, table: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for condition, colour in zip(CONDITIONS, ("C0", "C1", "C2")):
+        a = table.get(condition)
+        if not a:
+            continue
+        for r in (r for r in runs if r["condition"] == condition):  # each seed, faint
+            axes[0].plot(r["scored_steps"], r["curves"]["exploitability"], color=colour, alpha=0.2)
+            axes[1].plot(r["scored_steps"], r["curves"]["chips_vs_nash"], color=colour, alpha=0.2)
+        c = a["curve"]
+        for ax, name in zip(axes, ("exploitability", "chips_vs_nash")):
+            label = f"{LABELS[condition]} ({len(a['seeds'])} seeds)"
+            ax.plot(c["steps"], c[name], color=colour, marker="o", ms=3, label=label)
+            if len(a["seeds"]) > 1:
+                ax.fill_between(
+                    c["steps"], c[f"{name}_low"], c[f"{name}_high"], color=colour, alpha=0.15
+                )
+    axes[0].axhline(UNIFORM, color="grey", linestyle="--", label="uniform random (11/24)")
+    axes[0].axhline(0.0, color="black", linewidth=0.8, label="Nash equilibrium (0)")
+    axes[0].set(xlabel="RL iterations", ylabel="exploitability (chips a hand)", ylim=(0, None))
+    axes[1].axhline(0.0, color="black", linewidth=0.8, label="Nash vs Nash (0)")
+    axes[1].set(xlabel="RL iterations", ylabel="expected chips vs the Nash bot (mean of seats)")
+    axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=7)
+    fig.suptitle("Kuhn Poker: exact exploitability, mean over seeds, 95% seed-clustered band")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--steps", type=int, default=30, help="RL iterations per run")
+    parser.add_argument("--every", type=int, default=5, help="updates between exact scorings")
+    parser.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
+    parser.add_argument("--runs", default=str(DEFAULT_RUNS))
+    parser.add_argument("--out", default=str(DEFAULT_OUT))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-train", action="store_true", help="tabulate the runs there only")
+    parser.add_argument("extra", nargs="*", help="more marl train overrides for every run")
+    args = parser.parse_args()
+    if args.steps < 1 or args.every < 1:
+        parser.error("--steps and --every must be at least 1")
+    defaults = Path(args.runs) == DEFAULT_RUNS or Path(args.out) == DEFAULT_OUT
+    if (args.model != "smollm2" or args.extra) and defaults:
+        parser.error(
+            "--model tiny or extra overrides: give --runs and --out too (the defaults hold "
+            "the SmolLM2 experiment)"
+        )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for condition in args.conditions:
+        for seed in args.seeds:
+            if not args.no_train:
+                train_missing(args, condition, seed)
+            if not finished(args, condition, seed):
+                print(f"  {condition} seed {seed}: no finished run, left out", flush=True)
+                continue
+            runs.append(measure(args, condition, seed))
+    models = {r["model"] for r in runs}
+    if len(models) > 1:
+        raise SystemExit(f"{args.runs}: runs of several models ({', '.join(sorted(models))})")
+    table = {c: aggregate(runs, c) for c in args.conditions}
+    text = markdown(table, runs)
+    payload = {"args": vars(args), "runs": runs, "table": table}
+    (out / "summary.json").write_text(json.dumps(json_safe(payload), indent=1) + "\n")
+    (out / "table.md").write_text(text + "\n")
+    plot(out / "curves.png", table, runs)
+    print(text)
+    print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""bench/kuhn.py (issue 27's experiment): the per-condition numbers and the goal check on runs
+given as data, the refusal to put tiny runs where the SmolLM2 experiment lives, and one tiny
+run end to end (trained, read back from its events, tabulated)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def _bench():
+    """bench/kuhn.py as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("bench_kuhn", ROOT / "bench" / "kuhn.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+kuhn = _bench()
+
+
+def run(condition: str, seed: int, start: float, end: float) -> dict:
+    """A run as bench/kuhn.py's ``measure`` returns it, scored at steps 0, 5 and 10."""
+    values = {name: [start, (start + end) / 2, end] for name in kuhn.METRICS}
+    return {
+        "condition": condition,
+        "seed": seed,
+        "command": f"marl train seed={seed}",
+        "scored_steps": [0, 5, 10],
+        "curves": values,
+        "start": {name: v[0] for name, v in values.items()},
+        "end": {name: v[-1] for name, v in values.items()},
+        "step_time_median_s": 5.0,
+        "learner_turns_per_step": 36.0,
+        "wall_s": 200.0 + seed,
+    }
+
+
+def test_the_goal_is_half_the_start_with_a_change_interval_below_zero() -> None:
+    runs = [
+        run("selfplay", s, a, b)
+        for s, (a, b) in enumerate([(0.45, 0.20), (0.44, 0.21), (0.46, 0.19)])
+    ]
+    runs += [
+        run("vs_nash", s, a, b)
+        for s, (a, b) in enumerate([(0.45, 0.30), (0.44, 0.20), (0.46, 0.25)])
+    ]
+    table = {c: kuhn.aggregate(runs, c) for c in ("selfplay", "vs_nash")}
+    e = table["selfplay"]["exploitability"]
+    assert e["start"]["mean"] == pytest.approx(0.45) and e["end"]["mean"] == pytest.approx(0.20)
+    assert e["change"]["mean"] == pytest.approx(-0.25) and e["change"]["high"] < 0
+    # paired by seed: the change's interval is narrower than the start's and end's spread allows
+    assert e["change"]["high"] - e["change"]["low"] < 0.1
+    assert table["selfplay"]["goal"] == {
+        "end_at_most_half_of_start": True,
+        "change_interval_excludes_0": True,
+        "met": True,
+    }
+    goal = table["vs_nash"]["goal"]  # 0.25 > 0.45 / 2, though the fall is significant
+    assert goal["change_interval_excludes_0"] and not goal["end_at_most_half_of_start"]
+    assert not goal["met"]
+    curve = table["selfplay"]["curve"]
+    assert curve["steps"] == [0, 5, 10]
+    assert curve["exploitability"] == pytest.approx([0.45, 0.325, 0.20])
+    assert curve["exploitability_low"][0] < 0.45 < curve["exploitability_high"][0]  # 3 seeds
+    assert all(
+        lo <= m <= hi
+        for lo, m, hi in zip(
+            curve["exploitability_low"], curve["exploitability"], curve["exploitability_high"]
+        )
+    )
+
+
+def test_one_seed_has_no_interval_and_cannot_meet_the_goal(tmp_path: Path) -> None:
+    runs = [run("selfplay", 0, 0.45, 0.10)]
+    table = {"selfplay": kuhn.aggregate(runs, "selfplay")}
+    change = table["selfplay"]["exploitability"]["change"]
+    assert change["mean"] == pytest.approx(-0.35) and math.isnan(change["high"])
+    assert table["selfplay"]["goal"]["end_at_most_half_of_start"]
+    assert not table["selfplay"]["goal"]["met"]
+    text = kuhn.markdown(table, runs)
+    assert "| selfplay | 1 | 0.450 -> 0.100 | -0.350 |" in text
+    kuhn.plot(tmp_path / "curves.png", table, runs)
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+@pytest.mark.subprocess
+def test_tiny_runs_are_refused_in_the_smollm2_directories() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "kuhn.py"), "--model", "tiny", "--no-train"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "give --runs and --out" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_tiny_run_end_to_end(tmp_path: Path) -> None:
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    args = [
+        sys.executable,
+        str(ROOT / "bench" / "kuhn.py"),
+        "--model", "tiny", "--steps", "1", "--every", "1", "--seeds", "0", "--threads", "1",
+        "--conditions", "vs_nash", "--runs", str(runs), "--out", str(out),
+        "train.seeds_per_step=2", "warmup.steps=1", "warmup.episodes=1",
+    ]  # fmt: skip
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    (record,) = summary["runs"]
+    assert record["model"] == "tiny" and record["scored_steps"] == [0, 1]
+    assert "league=bot_rule" in record["command"] and "seed=0" in record["command"]
+    assert 0.0 <= record["end"]["exploitability"] <= 1.5
+    assert (out / "table.md").read_text().count("| vs_nash |") == 2  # summary row, run row
+    assert (out / "curves.png").is_file()
+    again = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)  # nothing to train
+    assert again.returncode == 0 and "$ marl train" not in again.stdout
