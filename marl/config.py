@@ -204,7 +204,8 @@ class TrainSettings:
 
     eval_episodes: held-out scenarios played (one episode each, no update) before the first
                    update, after the last and every ``eval_every`` updates (0 = no evaluation).
-                   The same seeds every time, never used for training; ``eval/*`` tags.
+                   The same seeds every time, disjoint from training's by construction
+                   (``marl.seeding.HELD_OUT_SEEDS``); ``eval/*`` tags.
     eval_every:    updates between evaluations (0 = only at the start and the end).
     exploitability_every: for a scenario whose rules declare a game tree (Kuhn Poker) and
                    ``agents=llm``: score the first trainable policy exactly as a table of

@@ -1,4 +1,5 @@
-"""Seed every random generator, and capture/restore their states for exact resumption."""
+"""Seed every random generator, capture/restore their states for exact resumption, and keep
+training's scenario seeds apart from the held-out evaluation's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ from typing import Any
 
 import numpy as np
 import torch
+
+HELD_OUT_SEEDS = 2**31
+"""Where held-out scenario seeds start. Training's (:func:`marl.workers.step_seeds`) and the
+warm-up's scenario seeds are drawn from ``[0, 2**31)``, the held-out evaluation's
+(:func:`marl.workers.eval_seeds`) from ``[2**31, 2**32)``: the two sets are disjoint by
+construction, so no evaluation scenario is ever trained on."""
 
 
 def seed_everything(seed: int) -> None:

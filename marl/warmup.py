@@ -41,6 +41,7 @@ from marl.agents.prompts import prompt_ids, untrusted_ids
 from marl.config import Config, ConfigError
 from marl.learner import MasterWeights
 from marl.protocols.tools import RESULT_HEAD, find_call
+from marl.seeding import HELD_OUT_SEEDS
 
 MAX_DATA_BYTES = 64 * 1024 * 1024
 MAX_LINE_CHARS = 200_000
@@ -69,7 +70,7 @@ def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
     imitated = set(w.agents or env.possible_agents)
     out: list[ImitationTurn] = []
     for k in range(episodes):
-        seed = random.Random(f"{config.seed}:warmup:{step}:{k}").randrange(2**31)
+        seed = random.Random(f"{config.seed}:warmup:{step}:{k}").randrange(HELD_OUT_SEEDS)
         rng = random.Random(f"{seed}:warmup-bot")
         observations, infos = env.reset(seed=seed)
         while env.agents:

@@ -23,18 +23,22 @@ from marl.credit import CreditResult, RecordedEpisode, Resimulator
 from marl.policy_map import PolicyPlan
 from marl.rollout import EpisodeSlot, RolloutResult
 from marl.scenarios.registry import make
+from marl.seeding import HELD_OUT_SEEDS
 
 
 def step_seeds(seed: int, step: int, count: int) -> list[int]:
-    """The scenario seeds of one iteration: a pure function of (run seed, step)."""
+    """The scenario seeds of one iteration: a pure function of (run seed, step), each below
+    :data:`~marl.seeding.HELD_OUT_SEEDS`."""
     rng = random.Random(f"{seed}:{step}:scenario")
-    return [rng.randrange(2**31) for _ in range(count)]
+    return [rng.randrange(HELD_OUT_SEEDS) for _ in range(count)]
 
 
 def eval_seeds(seed: int, count: int) -> list[int]:
-    """The held-out evaluation's scenario seeds: one stream, disjoint from training's by name."""
+    """The held-out evaluation's scenario seeds, a pure function of the run seed: each at or
+    above :data:`~marl.seeding.HELD_OUT_SEEDS`, where no training seed lies, so the two sets
+    are disjoint whatever the seeds and the number of steps."""
     rng = random.Random(f"{seed}:eval:scenario")
-    return [rng.randrange(2**31) for _ in range(count)]
+    return [HELD_OUT_SEEDS + rng.randrange(HELD_OUT_SEEDS) for _ in range(count)]
 
 
 def split_groups(groups: int, workers: int) -> list[list[int]]:

@@ -9,11 +9,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from marl.evaluation import due, evaluation_successes, paired_metrics
 from marl.hparams import read_session
 from marl.train import train
+from marl.seeding import HELD_OUT_SEEDS
 from marl.workers import eval_seeds, step_seeds
 
 
@@ -23,6 +26,14 @@ def test_eval_seeds_are_fixed_and_never_trained_on() -> None:
     trained = {s for step in range(200) for s in step_seeds(0, step, 4)}
     assert not trained & set(held_out)
     assert eval_seeds(1, 64) != held_out
+
+
+@given(seed=st.integers(-(2**63), 2**63), step=st.integers(0, 10**9), count=st.integers(1, 64))
+def test_eval_and_training_seeds_cannot_collide(seed: int, step: int, count: int) -> None:
+    """Disjoint by construction, not by luck: training draws below HELD_OUT_SEEDS, the
+    evaluation at or above it, for any run seed and any step."""
+    assert all(0 <= s < HELD_OUT_SEEDS for s in step_seeds(seed, step, count))
+    assert all(HELD_OUT_SEEDS <= s < 2 * HELD_OUT_SEEDS for s in eval_seeds(seed, count))
 
 
 def test_due_at_start_end_and_every() -> None:
