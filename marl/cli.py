@@ -76,8 +76,61 @@ def _list(args: Sequence[str]) -> int:
     return 0
 
 
-def _register_scenario_options() -> None:
-    """Make ``scenario=<name>`` work for every registered scenario, not just configs/scenario."""
+FILE_OPTION = "file"  # the scenario option a path becomes: scenario=file scenario.name=<path>
+
+
+class ScenarioArgError(ValueError):
+    """A ``scenario=`` override that names neither a scenario nor a file."""
+
+
+_SCENARIO_ARG = re.compile(r"^(?P<plus>\+{0,2})scenario=(?P<value>.*)$")
+
+
+def scenario_args(args: Sequence[str], options: set[str]) -> list[str]:
+    """Hydra overrides with ``scenario=<a YAML file>`` made to work.
+
+    Hydra reads ``scenario=<value>`` as an option of the config group (a file under
+    ``configs/scenario`` or a registered name). A value that names none of ``options`` and looks
+    like a path (``./my_game.yaml``, ``games/x.yml``: :func:`marl.scenarios.registry._is_path`),
+    or is a file in the working directory, becomes ``scenario=file scenario.name=<value>``,
+    which loads that file; a comma sweep of files does the same. Anything else that is not an
+    option is refused in one line (:class:`ScenarioArgError`), naming the value.
+    """
+    from pathlib import Path
+
+    from marl.scenarios.registry import _is_path
+
+    out = []
+    for arg in args:
+        match = _SCENARIO_ARG.match(arg)
+        value = match.group("value") if match else ""
+        if not match or not value or any(c in value for c in "()[]{}$'\""):
+            out.append(arg)  # not ours, or Hydra's sweep syntax: Hydra reads it
+            continue
+        items = value.split(",")
+        if all(item in options for item in items):
+            out.append(arg)
+            continue
+        files = [i for i in items if i not in options and (_is_path(i) or Path(i).is_file())]
+        if len(files) == len(items):
+            out += [f"{match.group('plus')}scenario={FILE_OPTION}", f"scenario.name={value}"]
+            continue
+        bad = next(i for i in items if i not in files)
+        if bad in options:
+            raise ScenarioArgError(
+                f"scenario={value}: a sweep names either registered scenarios or files, not both"
+            )
+        raise ScenarioArgError(
+            f"scenario={bad}: no scenario is registered under that name and there is no file "
+            f"{bad!r} here; `marl list` shows the registered ones, and a YAML file is given by "
+            f"its path (scenario=./{bad}.yaml)"
+        )
+    return out
+
+
+def _register_scenario_options() -> set[str]:
+    """Make ``scenario=<name>`` work for every registered scenario, not just configs/scenario
+    (and ``scenario=file``, which :func:`scenario_args` uses for a path); returns the options."""
     from importlib.resources import files
 
     import yaml
@@ -97,18 +150,29 @@ def _register_scenario_options() -> None:
     from marl.config import Config
 
     store.store(name="config_schema", node=Config)
+    options = set(covered)
     for name in list_scenarios():
         base = re.sub(r"-v\d+$", "", name)
         # the unversioned name too when a file covers only the versioned one (stag-hunt for
         # configs/scenario/stag_hunt.yaml, which holds name: stag-hunt-v0)
         for option in {name, base} - covered:
             store.store(group="scenario", name=option, node={"name": name, "overrides": {}})
+            options.add(option)
+    store.store(group="scenario", name=FILE_OPTION, node={"name": "???", "overrides": {}})
+    options.add(FILE_OPTION)
+    options.discard(None)
+    return options
 
 
 def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) -> int:
     import hydra
 
-    _register_scenario_options()
+    options = _register_scenario_options()
+    try:
+        args = scenario_args(args, options)
+    except ScenarioArgError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     sys.argv = [f"marl {command}", *args]
     app = hydra.main(version_base=None, config_path="pkg://marl.configs", config_name=config_name)(
         task

@@ -22,6 +22,7 @@ from typing import Any
 
 from marl.credit import RecordedEpisode
 from marl.emergence import EmergenceEpisode, emergence_episode
+from marl.protocols.graphs import edge_list
 from marl.scenarios.base import TextScenarioEnv, TurnLog
 from marl.scenarios.shaping import ShapingTerm
 from marl.scenarios.transcript import render_transcript
@@ -34,6 +35,8 @@ class EpisodeRecord:
     """One finished episode of a rollout, with its place in the GRPO layout.
 
     edge_counts:    messages delivered along each directed edge ``(u, v)``.
+    edges:          the communication graph's edges at the end of the episode (each gets a
+                    ``comm/edges`` metric, 0 when nothing was delivered along it).
     message_counts: the router's counters by kind (delivered, truncated, dropped, ...).
     success:        the scenario's own success measure (``Rules.success``), or None.
     shaping:        the reward-shaping schedule the scenario declares (may be empty).
@@ -47,6 +50,7 @@ class EpisodeRecord:
     returns: dict[str, float]
     malformed: dict[str, int]
     edge_counts: dict[tuple[str, str], int]
+    edges: tuple[tuple[str, str], ...]
     message_counts: dict[str, int]
     success: float | None
     shaping: tuple[ShapingTerm, ...]
@@ -68,6 +72,7 @@ def record_episode(env: TextScenarioEnv, episode_id: int, group_id: int) -> Epis
         returns=env.returns,
         malformed=env.malformed,
         edge_counts=dict(env.router.edge_counts),
+        edges=tuple((str(u), str(v)) for u, v in edge_list(env.graph)),
         message_counts=dict(env.router.counts),
         success=None if success is None else float(success),
         shaping=tuple(env.spec.shaping),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from statistics import fmean
 
+from marl.protocols.router import COUNTER_KINDS
 from marl.rollout import RolloutResult
 
 
@@ -42,10 +43,13 @@ def rollout_metrics(rollout: RolloutResult) -> dict[str, float]:
         logprobs = [lp for t in turns for lp, m in zip(t.logprobs, t.mask) if m]
         # -mean log p of the sampled tokens: a Monte-Carlo estimate of the policy's entropy
         out[f"policies/{policy}/entropy_proxy"] = -fmean(logprobs) if logprobs else 0.0
+    # comm/*: every router counter and every edge of the graph at every step, 0 included (a
+    # tag that vanished when nothing was delivered hid exactly the collapse it should show)
     episodes = max(len(rollout.episodes), 1)
     edges: Counter[tuple[str, str]] = Counter()
-    kinds: Counter[str] = Counter()
+    kinds: Counter[str] = Counter(dict.fromkeys(COUNTER_KINDS, 0))
     for record in rollout.episodes:
+        edges.update(dict.fromkeys(record.edges, 0))
         edges.update(record.edge_counts)
         kinds.update(record.message_counts)
     for (u, v), count in sorted(edges.items()):

@@ -7,15 +7,27 @@ import copy
 import random
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import networkx as nx
 
 from marl.protocols.graphs import delivers
 from marl.protocols.markup import OutgoingMessage
-from marl.protocols.messages import Message, Violation
+from marl.protocols.messages import Message, Violation, ViolationKind
 
 TRUNCATION_MARK = "..."
+# Every counter a router keeps (``Router.counts``), so a metric of each can be logged at every
+# step, 0 included: what was written and delivered, each violation, a message an agent could
+# not send this round (``muted``, counted by the environment), and what the channel took away.
+COUNTER_KINDS: tuple[str, ...] = (
+    "sent",
+    "delivered",
+    *get_args(ViolationKind),
+    "muted",
+    "cut_dropped",
+    "noise_dropped",
+    "noise_corrupted",
+)
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,8 @@ class Router:
     def __init__(self, budget: MessageBudget, noise: ChannelNoise | None = None) -> None:
         self.budget = budget
         self.noise = noise or ChannelNoise()
-        # "sent", "delivered", violation kinds, "noise_*", "cut_dropped" (one per receiver)
+        # COUNTER_KINDS: "sent", "delivered", violation kinds, "noise_*", "cut_dropped" (one per
+        # receiver); the environment adds "muted"
         self.counts: Counter[str] = Counter()
         self.edge_counts: Counter[tuple[str, str]] = Counter()
 

@@ -151,7 +151,11 @@ def test_play_prints_the_golden_transcript(runs: dict) -> None:
 def test_play_with_an_unknown_scenario_fails_cleanly(runs: dict) -> None:
     code, out, err = runs["play_unknown"]
     assert code != 0
-    assert "nope" in out + err
+    assert err.strip().splitlines() == [
+        "error: scenario=nope: no scenario is registered under that name and there is no file "
+        "'nope' here; `marl list` shows the registered ones, and a YAML file is given by its "
+        "path (scenario=./nope.yaml)"
+    ]  # one line, not Hydra's "In 'train': Could not find 'scenario/nope'" and its list
     no_traceback(runs["play_unknown"])
 
 
@@ -164,3 +168,33 @@ def test_list_shows_every_scenario_with_its_bots(capsys: pytest.CaptureFixture) 
         data, _ = load_document(name)
         assert ", ".join(bot_names(data["rules"])) in line
         assert data.get("description", "") in line
+
+
+def test_a_scenario_given_as_a_path_becomes_a_file_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``scenario=./my_game.yaml`` (README step 3) is not a Hydra option: it becomes
+    ``scenario=file scenario.name=./my_game.yaml``; names and Hydra's own syntax pass as they
+    are; a value that is neither a scenario nor a file is one line naming it."""
+    from marl.cli import FILE_OPTION, ScenarioArgError, _register_scenario_options, scenario_args
+
+    options = _register_scenario_options()
+    assert {"relay", "stag-hunt", FILE_OPTION} <= options
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "guess").write_text("name: guess-v0\n")
+    plain = ["scenario=relay", "seed=3", "scenario=relay,signal", "scenario=choice(relay,unison)"]
+    assert scenario_args(plain, options) == plain
+    assert scenario_args(["scenario=./my_game.yaml", "seed=1"], options) == [
+        "scenario=file",
+        "scenario.name=./my_game.yaml",
+        "seed=1",
+    ]
+    assert scenario_args(["+scenario=games/a.yml,games/b.yml"], options) == [
+        "+scenario=file",
+        "scenario.name=games/a.yml,games/b.yml",
+    ]
+    assert scenario_args(["scenario=guess"], options)[1] == "scenario.name=guess"  # a file here
+    with pytest.raises(ScenarioArgError, match=r"^scenario=nope: no scenario is registered"):
+        scenario_args(["scenario=nope"], options)
+    with pytest.raises(ScenarioArgError, match="either registered scenarios or files"):
+        scenario_args(["scenario=relay,./x.yaml"], options)

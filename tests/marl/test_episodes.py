@@ -184,3 +184,28 @@ def test_worker_credit_is_a_pure_function_of_step_and_episodes() -> None:
     assert other.baseline != before.baseline  # other samples at another step: a seed shows
     assert again.credit == before.credit and fresh.credit == before.credit
     assert again.baseline == before.baseline == fresh.baseline
+
+
+def test_comm_metrics_are_logged_when_nothing_is_delivered() -> None:
+    """A cut speaker->listener edge delivers nothing: every comm/ tag is still there, at 0."""
+    from marl.protocols.router import COUNTER_KINDS
+
+    config = load_config(
+        {
+            "agents": "scripted",
+            "bot": "rule",
+            "scenario": {
+                "name": "signal",
+                "overrides": {"graph": {"cut": [["speaker", "listener"]]}},
+            },
+            "train": {"steps": 1, "seeds_per_step": 1, "group_size": 2},
+        }
+    )
+    rollout = RolloutWorker(config, None).rollout(0, [0])
+    metrics = rollout_metrics(rollout)
+    assert metrics["comm/edges/speaker->listener"] == 0.0
+    assert metrics["comm/delivered"] == 0.0 and metrics["comm/sent"] > 0
+    assert metrics["comm/cut_dropped"] == metrics["comm/sent"]
+    for kind in COUNTER_KINDS:
+        assert f"comm/{kind}" in metrics, kind
+    assert {"over_budget", "not_neighbour", "noise_dropped", "muted"} <= set(COUNTER_KINDS)
