@@ -41,10 +41,11 @@ One :meth:`Learner.update` on the N turns of an iteration that have a response:
   token ids are identical (the G episodes of a GRPO group often show an agent the same prompt)
   run their prompt through the model once and their responses on its key/value cache
   (:mod:`marl.agents.logprobs`); the loss and the gradient are those of the padded forward to
-  float rounding. To let a prompt's turns meet in one minibatch, the shuffled order is then
-  regrouped so that turns with the same prompt sit together (groups in shuffled order, the
-  minibatch sizes unchanged), as TRL keeps a prompt's completions in one batch. Off, every turn
-  runs ``prompt + response`` in one padded forward and minibatches are plain shuffles.
+  float rounding. So that a prompt's turns tend to meet in one minibatch, the shuffled order is
+  then regrouped so that turns with the same prompt are adjacent (groups in shuffled order, the
+  minibatch sizes unchanged); the minibatches are cut from that order as before, so a group that
+  straddles a cut is split between two minibatches. Off, every turn runs ``prompt + response``
+  in one padded forward and minibatches are plain shuffles.
 
 The learner trains whatever parameters of its model require gradients: every weight of a full
 model, only the adapter of a peft LoRA model (whose KL reference is then the same model with the
@@ -117,10 +118,11 @@ class UpdateSettings:
                  ``policies/<id>/nonfinite_skips``; this many skipped steps in a row stop the run.
     share_prompts: turns of a minibatch with identical prompt ids run their prompt through the
                  model once and the responses on its key/value cache, in prompt-length buckets
-                 (the same loss and gradient, less compute); minibatches keep a prompt's turns
-                 together. The HF backend likewise prefills each distinct prompt of a generate
-                 call once. false = one padded ``prompt + response`` forward per minibatch and
-                 one prefill row per sample (docs/benchmarks.md).
+                 (the same loss and gradient, less compute); before the minibatches are cut,
+                 turns with the same prompt are made adjacent in the shuffled order (a group
+                 that straddles a cut is split). The HF backend likewise prefills each distinct
+                 prompt of a generate call once. false = one padded ``prompt + response``
+                 forward per minibatch and one prefill row per sample (docs/benchmarks.md).
     """
 
     level: str = "token"
