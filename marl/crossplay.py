@@ -6,12 +6,16 @@
 Players:
 
 - a checkpoint (a run directory, its ``checkpoints`` directory or one ``step_N`` directory),
-  optionally labelled ``name=path`` and, when the run trained several policies, ``path#policy``;
+  and, when the run trained several policies, ``path#policy``;
 - a league snapshot of a run, ``<run>/league/snapshot_<step>.pt`` (its model is the one in
   ``<run>/config.yaml``): ``snapshot_0.pt`` is the run's own initial checkpoint;
 - ``model:<preset>``: a ``configs/model`` preset as it is before any training (``model:tiny``,
   ``model:smollm2``), e.g. a run's own initial checkpoint when it had no warm-up;
 - a scripted bot of the scenario: ``random``, ``rule`` or ``bot:<name>``.
+
+Any player may be labelled, ``label=player`` (``a=runs/x``, ``b=bot:rule``); the label is its
+name in the tables. The same bot or preset given twice without labels is numbered (``rule rule``
+plays ``rule-1`` against ``rule-2``); two checkpoints that share a name need labels.
 
 Every pairing plays ``--episodes`` episodes, seeded: episode k uses the k//2-th evaluation
 scenario seed with the seats in one order for even k and swapped for odd k, so both players
@@ -50,7 +54,7 @@ import json
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -94,8 +98,10 @@ def parse_players(specs: Sequence[str], rules: str | None = None) -> list[Player
     list_scenarios()  # loads the built-in rules and their bots
     bots = set(bot_names(rules)) if rules is not None else {"random"}
     players: list[Player] = []
+    labelled: list[bool] = []
     for spec in specs:
         label, _, body = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        labelled.append(bool(label))
         if body.startswith(BOT_PREFIX) or (body in bots and not Path(body).exists()):
             name = body[len(BOT_PREFIX) :] if body.startswith(BOT_PREFIX) else body
             if name not in bots:
@@ -111,17 +117,26 @@ def parse_players(specs: Sequence[str], rules: str | None = None) -> list[Player
             path, _, policy = body.partition("#")
             if not Path(path).exists():
                 hint = f"; bots for rules {rules!r}: {', '.join(sorted(bots))}" if rules else ""
-                raise RunError(f"eval: checkpoint not found: {path}{hint}")
+                if "/" in path or "#" in body:
+                    raise RunError(f"eval: checkpoint not found: {path}{hint}")
+                raise RunError(
+                    f"eval: {body!r} is neither a checkpoint directory here nor a bot{hint} "
+                    f"(bot:<name>) nor a model preset (model:<preset>)"
+                )
             if Path(path).is_file() and Path(path).suffix == ".pt":
                 players.append(Player(label or _snapshot_name(Path(path)), "snapshot", path))
                 continue
             players.append(
                 Player(label or _default_name(Path(path)), "checkpoint", path, policy or None)
             )
+    players = _number_repeats(players, labelled)
     names = [p.name for p in players]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise RunError(f"eval: two players are called {duplicates[0]!r}; label them (name=path)")
+        raise RunError(
+            f"eval: two players are called {duplicates[0]!r}; give them labels of their own, "
+            f"label=player (a=runs/x, b=runs/y#policy, c=bot:rule, d=model:tiny)"
+        )
     if len(players) < 2:
         raise RunError(f"eval: name at least two players, got {len(players)}")
     return players
@@ -667,6 +682,20 @@ def write_results(
     return payload
 
 
+def _number_repeats(players: list[Player], labelled: Sequence[bool]) -> list[Player]:
+    """The same bot or model preset named more than once without a label (``rule rule``)
+    becomes ``rule-1``, ``rule-2``: the same player in two seats of the matrix. Checkpoints are
+    never renamed (two runs that share a name need labels the user chooses)."""
+    names = [p.name for p in players]
+    out = list(players)
+    for name in {n for n in names if names.count(n) > 1}:
+        same = [i for i, p in enumerate(players) if p.name == name]
+        if all(not labelled[i] and players[i].kind in ("bot", "model") for i in same):
+            for number, i in enumerate(same, 1):
+                out[i] = replace(players[i], name=f"{name}-{number}")
+    return out
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -675,7 +704,7 @@ def main(args: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="marl eval",
         description="Play checkpoints, model presets and bots against each other (cross-play); "
-        "write the matrix with 95%% intervals (Markdown, CSV, PNG) and Elo ratings.",
+        "write the matrix with 95% intervals (Markdown, CSV, PNG) and Elo ratings.",
     )
     parser.add_argument(
         "players",

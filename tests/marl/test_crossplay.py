@@ -43,8 +43,40 @@ def test_players_are_parsed_and_bad_ones_named(tmp_path: Path) -> None:
         parse_players(["bot:sneaky", "random"], "matrix")
     with pytest.raises(RunError, match="unknown model preset 'huge'"):
         parse_players(["model:huge", "random"], "matrix")
-    with pytest.raises(RunError, match="two players are called 'random'"):
-        parse_players(["random", "random"], "matrix")
+    with pytest.raises(RunError, match=r"'rulee' is neither a checkpoint directory here nor a bot"):
+        parse_players(["rulee", "random"], "matrix")  # a bot misspelt is not called a path
+
+
+def test_the_same_bot_twice_is_numbered_and_labels_are_checked(tmp_path: Path) -> None:
+    players = parse_players(["rule", "rule", "random"], "matrix")
+    assert [(p.name, p.bot) for p in players] == [
+        ("rule-1", "rule"),
+        ("rule-2", "rule"),
+        ("random", "random"),
+    ]
+    assert [p.name for p in parse_players(["model:tiny", "model:tiny"], "matrix")] == [
+        "tiny-1",
+        "tiny-2",
+    ]
+    assert [p.name for p in parse_players(["a=bot:rule", "b=bot:rule"], "matrix")] == ["a", "b"]
+    with pytest.raises(
+        RunError, match=r"two players are called 'a'; give them labels of their own"
+    ):
+        parse_players(["a=rule", "a=random"], "matrix")
+    (tmp_path / "x" / "run").mkdir(parents=True)
+    (tmp_path / "y" / "run").mkdir(parents=True)
+    with pytest.raises(RunError, match="two players are called 'run'"):  # checkpoints: labels
+        parse_players([str(tmp_path / "x" / "run"), str(tmp_path / "y" / "run")], "matrix")
+
+
+def test_eval_help_prints_percent_signs_once(capsys: pytest.CaptureFixture) -> None:
+    from marl.crossplay import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert "95% intervals" in text and "%%" not in text
 
 
 @pytest.mark.slow
