@@ -12,6 +12,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
 
+from marl.protocols.values import is_finite_number, is_int
 from marl.scenarios.families.templates import placeholders, render, template_problems
 from marl.scenarios.spec import Problem, short
 
@@ -24,21 +25,6 @@ MAX_SEARCHED_CHOICES = 200  # choices looked for inside a longer reply
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
 
 
-def is_int(value: object) -> bool:
-    """A whole number that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: object) -> bool:
-    """An int or float that is not a bool and is finite."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return abs(float(value)) < float("inf")
-    except OverflowError:
-        return False
-
-
 def int_problem(params: Mapping, key: str, low: int, high: int) -> list[Problem]:
     """``params[key]``, when given, must be an integer from ``low`` to ``high``."""
     if key in params and not (is_int(params[key]) and low <= params[key] <= high):
@@ -48,7 +34,7 @@ def int_problem(params: Mapping, key: str, low: int, high: int) -> list[Problem]
 
 def number_problem(params: Mapping, key: str) -> list[Problem]:
     """``params[key]``, when given, must be a finite number."""
-    if key in params and not is_number(params[key]):
+    if key in params and not is_finite_number(params[key]):
         return [Problem(key, f"must be a finite number, got {short(params[key])}")]
     return []
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from marl.protocols.values import is_finite_number
 from marl.scenarios.families.common import (
     int_problem,
-    is_number,
     name_list_problems,
     private_problems,
 )
@@ -71,7 +71,9 @@ def _table_problems(
     """The payoff table below ``path``: one mapping level per player, then a payoff list."""
     n = len(agents)
     if depth == n:
-        if not (isinstance(node, list) and len(node) == n and all(is_number(x) for x in node)):
+        if not (
+            isinstance(node, list) and len(node) == n and all(is_finite_number(x) for x in node)
+        ):
             return [
                 Problem(
                     path,

@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marl.protocols.values import is_int
 from marl.scenarios.families.common import (
-    is_int,
     match_choice,
     normalise,
     parse_int,

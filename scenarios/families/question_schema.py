@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from marl.protocols.values import is_int
 from marl.scenarios.families.common import (
     int_problem,
-    is_int,
     is_name,
     pool_problems,
     private_problems,

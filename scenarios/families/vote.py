@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marl.protocols.values import is_finite_number
 from marl.scenarios.families.common import (
     int_problem,
-    is_number,
     match_choice,
     name_list_problems,
     number_problem,
@@ -85,7 +85,7 @@ class VoteRules(Rules):
             problems.append(Problem("options", "a vote needs at least 2 options"))
         utilities = params.get("utilities")
         if utilities is not None:
-            if not isinstance(utilities, list) or not all(is_number(u) for u in utilities):
+            if not isinstance(utilities, list) or not all(is_finite_number(u) for u in utilities):
                 problems.append(
                     Problem("utilities", f"must be a list of numbers, got {short(utilities)}")
                 )
