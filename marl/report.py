@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
+from typing import Any
 
 import yaml
 
@@ -281,14 +282,18 @@ def _print_emergence(rows: Sequence[dict[str, object]], last: int) -> None:
         )
 
 
-def plot(runs: Sequence[Run], tag: str, out: Path) -> Path:
-    """Mean curve per group with a 95% CI band over seeds, saved as a PNG."""
+def draw(runs: Sequence[Run], tag: str) -> Any:
+    """The figure of :func:`plot`: the mean curve per group with a 95% CI band over seeds.
+
+    Steps are whole numbers, so the x axis has whole-number ticks only; the legend sits to the
+    right of the axes, never on a curve."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    figure, axes = plt.subplots(figsize=(7, 4))
+    figure, axes = plt.subplots(figsize=(9, 4))
     for label, members in groups_of([r for r in runs if r.curves.get(tag)]):
         steps = sorted({s for r in members for s, _ in r.curves[tag]})
         means, lows, highs = [], [], []
@@ -301,12 +306,21 @@ def plot(runs: Sequence[Run], tag: str, out: Path) -> Path:
             highs.append(mean + half)
         axes.plot(steps, means, label=f"{label} (n={len(members)})")
         axes.fill_between(steps, lows, highs, alpha=0.2)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("step")
     axes.set_ylabel(tag)
-    axes.legend(fontsize=7)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     figure.tight_layout()
+    return figure
+
+
+def plot(runs: Sequence[Run], tag: str, out: Path) -> Path:
+    """Mean curve per group with a 95% CI band over seeds (:func:`draw`), saved as a PNG."""
+    import matplotlib.pyplot as plt
+
+    figure = draw(runs, tag)
     out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
+    figure.savefig(out, dpi=120, bbox_inches="tight")  # the legend beside the axes included
     plt.close(figure)
     return out
 

@@ -56,3 +56,30 @@ def test_report_names_missing_directory_and_tag(tmp_path: Path) -> None:
     fake_run(tmp_path, "a0", 0.1, 0, [0.0])
     with pytest.raises(RunError, match="agents/x/reward"):
         main([str(tmp_path), "--tag", "agents/x/reward"])
+
+
+def test_the_plot_has_whole_step_ticks_and_its_legend_off_the_curves(tmp_path: Path) -> None:
+    """Steps are integers: no 1.25, 1.5 ticks; the legend sits beside the axes, so it covers
+    no curve, and the saved PNG includes it."""
+    from matplotlib.transforms import Bbox
+
+    from marl.report import draw, find_runs, load_runs
+
+    fake_run(tmp_path, "a0", 0.1, 0, [0.0, 0.5, 1.0])
+    fake_run(tmp_path, "a1", 0.1, 1, [0.0, 0.3, 0.8])
+    fake_run(tmp_path, "b0", 0.2, 0, [1.0, 0.9, 0.95])
+    figure = draw(load_runs(find_runs([tmp_path])), "team/reward")
+    axes = figure.axes[0]
+    figure.canvas.draw()
+    low, high = axes.get_xlim()
+    shown = [t for t in axes.get_xticks() if low <= t <= high]
+    assert len(shown) >= 2 and all(float(t).is_integer() for t in shown), shown
+    legend = axes.get_legend().get_window_extent()
+    inside: Bbox = axes.get_window_extent()
+    assert not legend.overlaps(inside), (legend, inside)
+    assert legend.x0 >= inside.x1  # to the right of the plotting area
+    assert main([str(tmp_path)]) == 0
+    from PIL import Image
+
+    width, height = Image.open(tmp_path / "report" / "team_reward.png").size
+    assert width > height * 1.8  # the legend's room is in the image, not cut off
