@@ -21,7 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from marl.agents.backends.base import backend_names
+from marl.agents.backends.base import LoraSettings, backend_names
 from marl.agents.models import ModelSpec
 from marl.credit.advantages import ADVANTAGES
 from marl.credit.registry import CreditConfig
@@ -379,21 +379,6 @@ class LeagueConfig:
             _positive(f"league.mix.{kind}", weight, allow_zero=True)
         if self.enabled and not any(w > 0 for w in self.mix.values()):
             raise ConfigError("league.mix: give at least one opponent kind a weight > 0")
-
-
-@dataclass
-class LoraSettings:
-    """A LoRA adapter (Hu et al. 2021, peft) over the policy's frozen base model.
-
-    r, alpha:       rank and scaling (the update is ``alpha / r * B @ A``).
-    dropout:        dropout on the adapter's input while training.
-    target_modules: names of the linear layers that get an adapter (``q_proj``, ``v_proj``...).
-    """
-
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.0
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
 
 
 @dataclass

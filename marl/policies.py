@@ -23,9 +23,15 @@ from typing import Any
 
 import torch
 
-from marl.agents.backends import Generation, PolicyBackend, SamplingConfig, make_backend
+from marl.agents.backends import (
+    Generation,
+    PolicyBackend,
+    SamplingConfig,
+    make_backend,
+    peft_lora_config,
+)
 from marl.agents.models import ModelSpec, load_model, with_lora
-from marl.config import Config, LoraSettings
+from marl.config import Config
 from marl.learner import Learner, LearnerSettings, UpdateSettings
 from marl.policy_map import PolicyPlan, PolicySpec
 
@@ -71,18 +77,6 @@ def learner_settings(
         temperature=s.temperature or 1.0,
         top_p=s.top_p,
         max_new_tokens=s.max_new_tokens,
-    )
-
-
-def peft_lora_config(settings: LoraSettings) -> Any:
-    """The peft ``LoraConfig`` of a policy's LoRA settings."""
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=settings.r,
-        lora_alpha=settings.alpha,
-        lora_dropout=settings.dropout,
-        target_modules=list(settings.target_modules),
     )
 
 

@@ -10,17 +10,21 @@ vLLM.
 from marl.agents.backends.base import (
     BACKENDS,
     Generation,
+    LoraSettings,
     PolicyBackend,
     SamplingConfig,
     make_backend,
+    peft_lora_config,
     register_backend,
 )
 
 __all__ = [
     "BACKENDS",
     "Generation",
+    "LoraSettings",
     "PolicyBackend",
     "SamplingConfig",
     "make_backend",
+    "peft_lora_config",
     "register_backend",
 ]

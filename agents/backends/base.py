@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
@@ -32,6 +32,32 @@ class SamplingConfig:
             raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
         if self.n < 1:
             raise ValueError(f"sampling.n must be >= 1, got {self.n}")
+
+
+@dataclass
+class LoraSettings:
+    """A LoRA adapter (Hu et al. 2021, peft) over a policy's frozen base model: a policy's
+    ``lora`` settings (``policies.<id>.lora``), and what a backend adds when it is given none.
+
+    r, alpha:       rank and scaling (the update is ``alpha / r * B @ A``).
+    dropout:        dropout on the adapter's input while training.
+    target_modules: names of the linear layers that get an adapter (``q_proj``, ``v_proj``...).
+    """
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+def peft_lora_config(settings: LoraSettings | None = None) -> Any:
+    """The peft ``LoraConfig`` of ``settings`` (default: :class:`LoraSettings`'s defaults)."""
+    from peft import LoraConfig
+
+    s = settings or LoraSettings()
+    return LoraConfig(
+        r=s.r, lora_alpha=s.alpha, lora_dropout=s.dropout, target_modules=list(s.target_modules)
+    )
 
 
 @dataclass

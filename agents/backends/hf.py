@@ -46,6 +46,7 @@ from marl.agents.backends.base import (
     Generation,
     SamplingConfig,
     copy_weights,
+    peft_lora_config,
     register_backend,
 )
 from marl.agents.decode import (
@@ -75,13 +76,6 @@ BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
 DecodeMode = Literal["auto", "generate", "static", "graph"]
 DECODE_MODES: tuple[str, ...] = ("auto", "generate", "static", "graph")
 MAX_DECODERS = 4  # CUDA decoders kept (each holds a (rows, H, length, D) cache per layer)
-
-
-def default_lora_config() -> Any:
-    """LoRA r=8, alpha=16 on the attention query and value projections."""
-    from peft import LoraConfig
-
-    return LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
 
 
 @register_backend("hf")
@@ -339,8 +333,10 @@ class HFBackend:
             for layer in prefill.layers:
                 k, v = layer.keys, layer.values  # (R, H_kv, P - 1, D)
                 buffers.append(
-                    (k.new_zeros(rb, k.shape[1], lb, k.shape[3]),  # (Rb, H_kv, Lb, D)
-                     v.new_zeros(rb, v.shape[1], lb, v.shape[3]))
+                    (
+                        k.new_zeros(rb, k.shape[1], lb, k.shape[3]),  # (Rb, H_kv, Lb, D)
+                        v.new_zeros(rb, v.shape[1], lb, v.shape[3]),
+                    )
                 )
             decoder = self._decoder(buffers)
         self._decoders[key] = decoder  # the most recently used last
@@ -548,7 +544,7 @@ class HFBackend:
         ``state_dict`` is as returned by ``peft.get_peft_model_state_dict`` (``None`` = a fresh
         adapter, which leaves the outputs unchanged until trained). ``config`` is a peft
         ``LoraConfig``; default: the adapter's own for one already loaded, else the backend's
-        ``lora_config`` or r=8, alpha=16 on q_proj/v_proj. New weights for a loaded adapter of
+        ``lora_config`` or :class:`LoraSettings`'s defaults. New weights for a loaded adapter of
         the same shape (a learner's sync) are copied into its tensors in place: nothing is
         allocated, and captured decoding graphs stay valid.
         """
@@ -567,7 +563,7 @@ class HFBackend:
                 self.model.eval()
                 return
         self._decoders.clear()  # their graphs hold the adapters' old parameters
-        config = config or self.lora_config or default_lora_config()
+        config = config or self.lora_config or peft_lora_config()
         if name in self.adapters:
             self.remove_adapter(name)
         if not isinstance(self.model, PeftModel):
@@ -724,4 +720,4 @@ def _eos_ids(model: nn.Module, tokenizer: Any) -> set[int]:
     return ids
 
 
-__all__ = ["BASE_ADAPTER", "DECODE_MODES", "HFBackend", "default_lora_config", "sample_inverse_cdf"]
+__all__ = ["BASE_ADAPTER", "DECODE_MODES", "HFBackend", "sample_inverse_cdf"]

@@ -61,9 +61,10 @@ from marl.agents.backends.base import (
     Generation,
     SamplingConfig,
     copy_weights,
+    peft_lora_config,
     register_backend,
 )
-from marl.agents.backends.hf import _check_adapter_name, default_lora_config
+from marl.agents.backends.hf import _check_adapter_name
 from marl.agents.models import ModelSpec, load_model, prepare_tokenizer
 
 INSTALL_HINT = (
@@ -408,7 +409,7 @@ class VLLMBackend:
 
         ``state_dict`` is as returned by ``peft.get_peft_model_state_dict`` (``None`` = a fresh
         adapter, which leaves the outputs unchanged). ``config`` is a peft ``LoraConfig``;
-        default: the backend's ``lora_config`` or r=8, alpha=16 on q_proj/v_proj.
+        default: the backend's ``lora_config`` or :class:`LoraSettings`'s defaults.
         """
         from vllm.lora.request import LoRARequest
 
@@ -417,7 +418,7 @@ class VLLMBackend:
             raise ValueError(
                 f"add_adapter {name!r}: this vLLM engine was built without LoRA (max_adapters=0)"
             )
-        config = config or self.lora_config or default_lora_config()
+        config = config or self.lora_config or peft_lora_config()
         if config.r > self.max_lora_rank:
             raise ValueError(
                 f"add_adapter {name!r}: rank {config.r} exceeds the engine's max_lora_rank "

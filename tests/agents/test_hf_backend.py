@@ -18,7 +18,9 @@ LOGPROB_ATOL = 1e-4
 
 def _chat(tok, text: str) -> list[int]:
     return tok.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
+        [{"role": "user", "content": text}],
+        add_generation_prompt=True,
+        tokenize=True,
         return_dict=False,
     )
 
@@ -76,8 +78,12 @@ def test_logprobs_match_a_recomputation(backend, prompts, temperature, top_p) ->
     gens = _flat(backend.generate(prompts, sampling, seed=1))
     with torch.no_grad():
         logp, mask = sequence_logprobs(
-            backend.model, [g.prompt_ids for g in gens], [g.response_ids for g in gens],
-            temperature=temperature, top_p=top_p, pad_token_id=backend.tokenizer.pad_token_id,
+            backend.model,
+            [g.prompt_ids for g in gens],
+            [g.response_ids for g in gens],
+            temperature=temperature,
+            top_p=top_p,
+            pad_token_id=backend.tokenizer.pad_token_id,
         )  # (B, T), (B, T)
     reported = _padded([g.logprobs for g in gens], logp.shape[1])  # (B, T)
     assert mask.sum().item() == sum(len(g.response_ids) for g in gens)
@@ -86,7 +92,9 @@ def test_logprobs_match_a_recomputation(backend, prompts, temperature, top_p) ->
     if top_p < 1.0:  # nucleus renormalisation makes logprobs higher than the plain ones
         with torch.no_grad():
             plain, _ = sequence_logprobs(
-                backend.model, [g.prompt_ids for g in gens], [g.response_ids for g in gens],
+                backend.model,
+                [g.prompt_ids for g in gens],
+                [g.response_ids for g in gens],
                 temperature=temperature,
             )
         assert ((reported - plain) * mask).sum() > 0
@@ -104,9 +112,11 @@ def test_greedy_picks_the_argmax_and_reports_model_logprobs(backend, prompts) ->
         start = len(gen.prompt_ids) - 1
         steps = logits[start : start + len(gen.response_ids)]  # (T, V)
         assert steps.argmax(dim=-1).tolist() == gen.response_ids
-        expected = torch.log_softmax(steps, dim=-1).gather(
-            -1, torch.tensor(gen.response_ids).unsqueeze(-1)
-        ).squeeze(-1)  # (T,)
+        expected = (
+            torch.log_softmax(steps, dim=-1)
+            .gather(-1, torch.tensor(gen.response_ids).unsqueeze(-1))
+            .squeeze(-1)
+        )  # (T,)
         torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=LOGPROB_ATOL, rtol=0)
 
 
@@ -154,8 +164,9 @@ def test_sequence_logprobs_is_differentiable_and_padding_free(backend, prompts) 
     with torch.no_grad():  # each pair alone gives the same numbers as the padded batch
         for i, (prompt, response) in enumerate(pairs):
             alone, _ = sequence_logprobs(model, [prompt], [response])  # (1, T_i)
-            torch.testing.assert_close(alone[0], logp[i, : len(response)].detach(), atol=1e-5,
-                                       rtol=0)
+            torch.testing.assert_close(
+                alone[0], logp[i, : len(response)].detach(), atol=1e-5, rtol=0
+            )
 
 
 def _random_adapter(backend: HFBackend, name: str, seed: int) -> dict[str, torch.Tensor]:
@@ -177,8 +188,12 @@ def test_mixed_adapter_batch_equals_each_adapter_alone(backend, prompts) -> None
     for i, name in enumerate(names):
         alone = backend.generate([prompts[i]], greedy, adapters=[name])[0][0]
         assert mixed[i][0].response_ids == alone.response_ids
-        torch.testing.assert_close(torch.tensor(mixed[i][0].logprobs),
-                                   torch.tensor(alone.logprobs), atol=LOGPROB_ATOL, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(mixed[i][0].logprobs),
+            torch.tensor(alone.logprobs),
+            atol=LOGPROB_ATOL,
+            rtol=0,
+        )
     # None really is the base model, and the adapters really change the outputs.
     assert mixed[2][0].response_ids == base_alone[2][0].response_ids
     as_a = backend.generate(prompts, greedy, adapters=["alice"] * 3)
@@ -204,6 +219,16 @@ def test_new_weights_for_a_loaded_adapter_are_copied_in_place(backend, prompts) 
     assert [g[0].logprobs for g in in_place] == [g[0].logprobs for g in fresh]
     with pytest.raises(KeyError, match="do not fit"):
         backend.add_adapter("alice", {"base_model.model.nowhere.lora_A.weight": torch.zeros(1)})
+
+
+def test_an_adapter_given_no_config_has_the_lora_settings_defaults(backend) -> None:
+    from marl.agents.backends.base import LoraSettings
+
+    backend.add_adapter("plain")
+    made = backend.model.peft_config["plain"]
+    want = LoraSettings()
+    assert (made.r, made.lora_alpha, made.lora_dropout) == (want.r, want.alpha, want.dropout)
+    assert set(made.target_modules) == set(want.target_modules)
 
 
 def test_fresh_adapter_is_a_no_op_and_removal_restores_the_base(backend, prompts) -> None:
@@ -238,8 +263,9 @@ def test_load_weights_changes_outputs(backend, prompts, with_adapter) -> None:
     after = _flat(backend.generate(prompts, sampling, seed=0))
     assert [g.response_ids for g in after] == [g.response_ids for g in expected]
     for got, want in zip(after, expected):
-        torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs),
-                                   atol=LOGPROB_ATOL, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=LOGPROB_ATOL, rtol=0
+        )
     with pytest.raises(KeyError, match="unknown weight"):
         backend.load_weights({"model.not_a_layer.weight": torch.zeros(1)})
 
@@ -281,10 +307,10 @@ def test_top_p_filter_matches_transformers(top_p) -> None:
 def test_a_peft_wrapped_model_keeps_its_adapters(prompts) -> None:
     from peft import get_peft_model
 
-    from marl.agents.backends.hf import default_lora_config
+    from marl.agents.backends.base import peft_lora_config
 
     model, tok = load_model(ModelSpec(seed=0))
-    peft_model = get_peft_model(model, default_lora_config(), adapter_name="carol")
+    peft_model = get_peft_model(model, peft_lora_config(), adapter_name="carol")
     backend = HFBackend(peft_model, tok)
     assert backend.adapters == {"carol"}
     greedy = SamplingConfig(max_new_tokens=4, temperature=0.0)
