@@ -128,8 +128,7 @@ def run_marl(args: argparse.Namespace) -> list[dict[str, float]]:
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                               n=g)
     learner = Learner(model, LearnerSettings(
-        lr=args.lr, beta=0.0, minibatch_size=args.prompts * g, temperature=args.temperature,
-        max_new_tokens=args.max_new_tokens,
+        lr=args.lr, beta=0.0, minibatch_size=args.prompts * g, sampling=sampling,
     ), pad_token_id=tokenizer.pad_token_id)
     out = []
     for it in range(args.warmup + args.iterations):

@@ -5,7 +5,8 @@ mistyped key is an error, not a silent default), builds the dataclasses (so ``__
 checks run), and raises :class:`ConfigError` naming the offending key.
 
 A group whose settings a lower package owns is that package's dataclass, documented once where
-it is declared: ``model`` is :class:`marl.agents.models.ModelSpec`, ``credit`` is
+it is declared: ``model`` is :class:`marl.agents.models.ModelSpec`, ``sampling`` is
+:class:`marl.agents.backends.SamplingConfig`, ``credit`` is
 :class:`marl.credit.registry.CreditConfig`, and ``algo`` extends the learner's
 :class:`marl.learner.UpdateSettings`. The other groups are declared and documented here.
 """
@@ -21,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from marl.agents.backends.base import LoraSettings, backend_names
+from marl.agents.backends.base import LoraSettings, SamplingConfig, backend_names
 from marl.agents.models import ModelSpec
 from marl.credit.advantages import ADVANTAGES
 from marl.credit.registry import CreditConfig
@@ -130,27 +131,6 @@ class ScenarioConfig:
     def __post_init__(self) -> None:
         if self.rules_module is not None:
             self.overrides = {**self.overrides, "rules_module": self.rules_module}
-
-
-@dataclass
-class SamplingSettings:
-    """How completions are sampled during rollouts.
-
-    response_prefix: start every reply with the markup head its turn needs (``SAY:`` when the
-                     agent can only talk, ``ACTION:`` when it can only act; marl.agents.heads).
-                     The head is prompt, not trained. Measured effect: docs/communication.md.
-    """
-
-    max_new_tokens: int = 48
-    temperature: float = 1.0
-    top_p: float = 1.0
-    response_prefix: bool = False
-
-    def __post_init__(self) -> None:
-        _positive("sampling.max_new_tokens", self.max_new_tokens)
-        _positive("sampling.temperature", self.temperature, allow_zero=True)
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"sampling.top_p: must be in (0, 1], got {self.top_p}")
 
 
 @dataclass
@@ -511,7 +491,7 @@ class Config:
 
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
     model: ModelSpec = field(default_factory=ModelSpec)
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     credit: CreditConfig = field(default_factory=CreditConfig)
     train: TrainSettings = field(default_factory=TrainSettings)
@@ -545,6 +525,11 @@ class Config:
         for pid, policy in self.policies.items():
             _check_policy(f"policies.{pid}", policy)
         _check_policy("policy_defaults", self.policy_defaults)
+        if self.sampling.n != 1:
+            raise ConfigError(
+                f"sampling.n: a run samples one reply per prompt (its GRPO group is "
+                f"train.group_size episodes), got {self.sampling.n}"
+            )
         _check_finite("", self)  # every number the checks above do not range-check
 
 

@@ -60,12 +60,13 @@ import random
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
+from marl.agents.backends.base import SamplingConfig
 from marl.agents.logprobs import response_logprobs
 from marl.agents.turn import TurnRecord
 from marl.errors import RunError
@@ -142,13 +143,11 @@ class UpdateSettings:
 
 @dataclass
 class LearnerSettings(UpdateSettings):
-    """What a learner needs: the update settings, and the sampling distribution the behaviour
-    policy drew from (the run's ``sampling``: the ratio is taken under the same temperature and
-    top-p, and ``constant`` aggregation divides by ``max_new_tokens``)."""
+    """What a learner needs: the update settings, and ``sampling``, the run's sampling settings
+    that the behaviour policy drew with: the ratio is taken under the same temperature and
+    top-p, and ``constant`` aggregation divides by its ``max_new_tokens``."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 48
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
 
 class MasterWeights:
@@ -303,7 +302,7 @@ class Learner:
         s = self.settings
         self._zero_grad()
         denominator = aggregation_denominator(
-            [t.mask for t in batch], self.aggregation, s.max_new_tokens
+            [t.mask for t in batch], self.aggregation, s.sampling.max_new_tokens
         )
         metrics = self._accumulate_gradients(live, denominator)
         metrics["grad_norm"] = float("nan")
@@ -365,8 +364,8 @@ class Learner:
             self.model,
             [t.prompt_ids for t in turns],
             [t.response_ids for t in turns],
-            temperature=s.temperature,
-            top_p=s.top_p,
+            temperature=s.sampling.temperature,
+            top_p=s.sampling.top_p,
             pad_token_id=self.pad_token_id,
             untruncated=s.beta > 0,
             share_prompts=s.share_prompts,
@@ -387,7 +386,7 @@ class Learner:
             aggregation=self.aggregation,
             ref_logp=self._reference_logprobs(turns),
             beta=s.beta,
-            max_tokens_norm=s.max_new_tokens,
+            max_tokens_norm=s.sampling.max_new_tokens,
             denominator=denominator,
             kl_logp_new=new.untruncated,
         )
@@ -405,7 +404,7 @@ class Learner:
                 model,
                 [t.prompt_ids for t in turns],
                 [t.response_ids for t in turns],
-                temperature=self.settings.temperature,
+                temperature=self.settings.sampling.temperature,
                 top_p=1.0,
                 pad_token_id=self.pad_token_id,
                 share_prompts=self.settings.share_prompts,

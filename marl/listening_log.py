@@ -70,7 +70,6 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
         return lambda updates_done: {}
 
     def measure(updates_done: int) -> dict[str, float]:
-        from marl.agents.backends.base import SamplingConfig
         from marl.listening import hf_sampler, hf_scorer, listening_per_scenario
         from marl.scenarios.registry import make
         from marl.workers import eval_seeds
@@ -78,9 +77,6 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
         began = time.perf_counter()
         backends = runtime.worker.policies.backends
         s = config.sampling
-        sampling = SamplingConfig(
-            max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p
-        )
         env = make(scenario, **overrides)
         speaker, listener = list(env.possible_agents)[:2]
         result = listening_per_scenario(
@@ -89,13 +85,13 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
             hf_sampler(
                 backends,
                 plan.policy_of,
-                sampling,
+                s,
                 seed=config.seed * 1_000_003 + updates_done,
                 response_prefix=s.response_prefix,
             ),
             hf_scorer(
                 backends[plan.policy_of(listener)],
-                temperature=s.temperature or 1.0,
+                temperature=s.temperature,
                 response_prefix=s.response_prefix,
             ),
             counterfactuals=e.counterfactuals,

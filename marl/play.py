@@ -32,7 +32,7 @@ def play_scripted(scenario: str, bot: str, seed: int, overrides: dict | None = N
 def play_llm(cfg: DictConfig) -> str:
     """Play one episode with the configured policies (as ``marl train`` builds them, before any
     update); returns the transcript."""
-    from marl.policies import InferencePolicies, sampling_config
+    from marl.policies import InferencePolicies
     from marl.policy_map import plan_for
     from marl.rollout import EpisodeSlot, run_episodes
     from marl.seeding import seed_everything
@@ -49,7 +49,7 @@ def play_llm(cfg: DictConfig) -> str:
         [slot],
         policies.backends,
         plan.policy_of,
-        sampling_config(config),
+        config.sampling,
         seed=config.seed,
         response_prefix=config.sampling.response_prefix,
     )

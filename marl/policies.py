@@ -36,12 +36,6 @@ from marl.learner import Learner, LearnerSettings, UpdateSettings
 from marl.policy_map import PolicyPlan, PolicySpec
 
 
-def sampling_config(config: Config) -> SamplingConfig:
-    """The backend sampling settings of a config."""
-    s = config.sampling
-    return SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p)
-
-
 def build_backend(
     config: Config, model: ModelSpec | None = None, device: str | None = None, **kwargs: Any
 ) -> PolicyBackend:
@@ -65,19 +59,13 @@ def learner_settings(
     config: Config, lr: float | None = None, beta: float | None = None
 ) -> LearnerSettings:
     """The learner's settings: ``config.algo``'s update fields (``lr``/``beta`` per policy) and
-    the sampling distribution of ``config.sampling`` (temperature 0, greedy, counts as 1)."""
+    ``config.sampling``."""
     update = {f.name: getattr(config.algo, f.name) for f in dataclasses.fields(UpdateSettings)}
     if lr is not None:
         update["lr"] = lr
     if beta is not None:
         update["beta"] = beta
-    s = config.sampling
-    return LearnerSettings(
-        **update,
-        temperature=s.temperature or 1.0,
-        top_p=s.top_p,
-        max_new_tokens=s.max_new_tokens,
-    )
+    return LearnerSettings(**update, sampling=config.sampling)
 
 
 def policy_seed(seed: int, policy_id: str) -> int:

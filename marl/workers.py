@@ -144,7 +144,6 @@ class RolloutWorker:
         """Play ``slots`` to the end with the policies (or the scripted bot)."""
         if self.policies is None:
             return scripted_episodes(slots, self.config.bot, seed)
-        from marl.policies import sampling_config
         from marl.rollout import run_episodes
 
         assert self.plan is not None
@@ -152,7 +151,7 @@ class RolloutWorker:
             slots,
             self.policies.backends,
             self.plan.policy_of,
-            sampling_config(self.config),
+            self.config.sampling,
             seed,
             response_prefix=self.config.sampling.response_prefix,
         )
@@ -214,14 +213,13 @@ class RolloutWorker:
         """Batched re-simulation generation through this worker's policies, calls seeded from
         ``seed`` (:func:`marl.credit_phase.backend_generate`)."""
         from marl.credit_phase import backend_generate
-        from marl.policies import sampling_config
 
         if self.policies is None or self.plan is None:
             raise ConfigError("agents: re-simulation with policies needs agents=llm")
         return backend_generate(
             self.policies.backends,
             self.plan.policy_of,
-            sampling_config(self.config),
+            self.config.sampling,
             seed=seed,
             response_prefix=self.config.sampling.response_prefix,
         )

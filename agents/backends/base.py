@@ -12,26 +12,44 @@ import torch
 from marl.protocols.registry import Registry
 
 
-@dataclass(frozen=True)
+@dataclass
 class SamplingConfig:
-    """How a backend samples. ``n`` completions are drawn for every prompt."""
+    """How replies are sampled: the ``sampling`` config group of a run, what a backend's
+    ``generate`` takes, and the distribution the learner's importance ratio is taken under.
+
+    max_new_tokens:  the generation budget of one reply, in tokens; also the constant length of
+                     ``constant`` (Dr. GRPO) loss aggregation.
+    temperature:     the softmax temperature; 0 = greedy. A greedy reply's logprobs are those of
+                     temperature 1, the model's own distribution
+                     (:func:`marl.agents.logprobs.sampling_logprobs`).
+    top_p:           nucleus sampling: the smallest set of tokens with this much mass, in (0, 1].
+    n:               completions drawn for every prompt in one ``generate`` call. A run's
+                     rollout draws one (its GRPO group is ``train.group_size`` episodes), so a
+                     run's config keeps 1.
+    response_prefix: start every reply with the markup head its turn needs (``SAY:`` when the
+                     agent can only talk, ``ACTION:`` when it can only act;
+                     :mod:`marl.agents.heads`). The head is prompt, not trained. Measured
+                     effect: docs/communication.md.
+    """
 
     max_new_tokens: int = 48
     temperature: float = 1.0
     top_p: float = 1.0
     n: int = 1
+    response_prefix: bool = False
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        """One check of each field, worded as the config's (``sampling.<field>: ...``)."""
+        if not self.max_new_tokens >= 1:
+            raise ValueError(f"sampling.max_new_tokens: must be > 0, got {self.max_new_tokens}")
         if not 0 <= self.temperature < math.inf:  # NaN fails every comparison
             raise ValueError(
-                f"sampling.temperature must be finite and >= 0, got {self.temperature}"
+                f"sampling.temperature: must be a finite number >= 0, got {self.temperature}"
             )
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
-        if self.n < 1:
-            raise ValueError(f"sampling.n must be >= 1, got {self.n}")
+            raise ValueError(f"sampling.top_p: must be in (0, 1], got {self.top_p}")
+        if not self.n >= 1:
+            raise ValueError(f"sampling.n: must be > 0, got {self.n}")
 
 
 @dataclass

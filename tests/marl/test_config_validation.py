@@ -59,6 +59,26 @@ def test_the_schema_refuses_nan_without_hydra_too() -> None:
         SamplingConfig(temperature=math.nan)
 
 
+def test_the_sampling_group_is_the_backends_sampling_config() -> None:
+    """Declared once: the config's ``sampling`` is what a backend's generate and the learner
+    take, with ``response_prefix`` inside it, checked by one validation with one wording."""
+    config = load("sampling.max_new_tokens=7", "sampling.response_prefix=true")
+    assert type(config.sampling) is SamplingConfig
+    assert config.sampling == SamplingConfig(max_new_tokens=7, response_prefix=True)
+    for override, direct in [
+        ("sampling.max_new_tokens=0", {"max_new_tokens": 0}),
+        ("sampling.top_p=1.5", {"top_p": 1.5}),
+        ("sampling.temperature=-1", {"temperature": -1.0}),
+    ]:
+        with pytest.raises(ValueError) as made:
+            SamplingConfig(**direct)
+        with pytest.raises(ConfigError) as loaded:
+            load(override)
+        assert str(loaded.value) == str(made.value), override
+    with pytest.raises(ConfigError, match="^sampling.n: a run samples one reply per prompt"):
+        load("sampling.n=4")
+
+
 @pytest.mark.parametrize(
     ("override", "key"),
     [

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from marl.agents.backends import SamplingConfig
 from marl.agents.logprobs import sequence_logprobs
 from marl.agents.models import ModelSpec, load_model
 from marl.agents.turn import TurnRecord
@@ -197,7 +198,7 @@ def test_kl_is_finite_for_tokens_outside_the_nucleus() -> None:
     full_logp, _ = sequence_logprobs(model, [prompt], [[rare]])  # the untruncated logprob
     turn = TurnRecord("a", "shared", 0, 0, 0, prompt, [rare], full_logp[0].tolist(), [1])
     turn.advantage = 1.0
-    learner = Learner(model, _settings(beta=0.04, top_p=0.9, epochs=2))
+    learner = Learner(model, _settings(beta=0.04, sampling=SamplingConfig(top_p=0.9), epochs=2))
     metrics = learner.update([turn, copy.deepcopy(turn)])
     assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["kl"])
     assert not nonfinite_tensors(model.state_dict())
@@ -326,7 +327,7 @@ def test_gradient_scale_does_not_depend_on_skipped_turns_or_beta() -> None:
 # --- item 18: devices ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides", [{}, {"beta": 0.04, "top_p": 0.9}])
+@pytest.mark.parametrize("overrides", [{}, {"beta": 0.04, "sampling": SamplingConfig(top_p=0.9)}])
 def test_every_tensor_follows_the_model_device(overrides: dict) -> None:
     """With meta as the default device, a tensor built without the model's device (CPU here)
     lands on meta, and mixing it with the model's tensors fails."""

@@ -24,7 +24,7 @@ def _accumulated(
     learner = Learner(copy.deepcopy(model), LearnerSettings(**settings))  # type: ignore[arg-type]
     s = learner.settings
     denominator = aggregation_denominator(
-        [t.mask for t in turns], learner.aggregation, s.max_new_tokens
+        [t.mask for t in turns], learner.aggregation, s.sampling.max_new_tokens
     )
     learner._zero_grad()
     metrics = learner._accumulate_gradients(turns, denominator)

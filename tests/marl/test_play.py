@@ -25,7 +25,7 @@ def play(**overrides: Any) -> str:
 
 def test_the_default_shared_policy_plays_as_one_backend_did() -> None:
     """Behaviour kept: the plan's one ``shared`` policy is the single backend play used."""
-    from marl.policies import build_backend, sampling_config
+    from marl.policies import build_backend
     from marl.rollout import EpisodeSlot, run_episodes
     from marl.scenarios.registry import make
     from marl.scenarios.transcript import render_header, render_transcript
@@ -41,7 +41,7 @@ def test_the_default_shared_policy_plays_as_one_backend_did() -> None:
         [EpisodeSlot(env=env, seed=config.seed, group_id=0, episode_id=0)],
         {"shared": backend},
         lambda agent: "shared",
-        sampling_config(config),
+        config.sampling,
         seed=config.seed,
     )
     assert play() == header + "\n" + render_transcript(env)

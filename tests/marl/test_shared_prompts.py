@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from marl.agents.backends import SamplingConfig
 from marl.agents.logprobs import (
     length_buckets,
     prefix_clusters,
@@ -79,7 +80,7 @@ def _lora(model: torch.nn.Module) -> torch.nn.Module:
     "settings",
     [
         {},
-        {"beta": 0.04, "top_p": 0.9, "temperature": 0.7},
+        {"beta": 0.04, "sampling": SamplingConfig(top_p=0.9, temperature=0.7)},
         {"level": "sequence", "aggregation": "token_mean"},
         {"lora": True, "beta": 0.04},
     ],
@@ -288,7 +289,8 @@ def _prefix_turns(model: torch.nn.Module, tok: object) -> list[TurnRecord]:
 
 
 @pytest.mark.parametrize(
-    "settings", [{}, {"beta": 0.04, "top_p": 0.9, "temperature": 0.7}, {"lora": True}],
+    "settings",
+    [{}, {"beta": 0.04, "sampling": SamplingConfig(top_p=0.9, temperature=0.7)}, {"lora": True}],
     ids=["grpo", "kl-top-p", "lora"],
 )
 def test_a_common_prefix_runs_once_with_the_same_loss_and_gradient(settings: dict) -> None:

@@ -50,7 +50,10 @@ def turns() -> list[TurnRecord]:
 def _learner(aggregation: str = "seq_mean", share_prompts: bool = False, **kw) -> Learner:
     model, tokenizer = load_model(ModelSpec(kind="tiny", seed=0))
     settings = LearnerSettings(
-        aggregation=aggregation, share_prompts=share_prompts, max_new_tokens=200, **kw
+        aggregation=aggregation,
+        share_prompts=share_prompts,
+        sampling=SamplingConfig(max_new_tokens=200),
+        **kw,
     )
     return Learner(model, settings, pad_token_id=tokenizer.pad_token_id)
 
