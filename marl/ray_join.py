@@ -1,6 +1,7 @@
 """Joining a running Ray cluster (``ray.address``), with one-line refusals a user can act on.
 
-Ray 2.60's ``ray start --head`` turns token authentication on by default. A driver that joins
+Ray 2.60's ``ray start --head`` turns token authentication on whenever the head has a token
+(``~/.ray/auth_token``, which any earlier local ``ray.init()`` writes). A driver that joins
 such a cluster by an explicit address (``ray.address=10.0.0.5:6379``) sends a token only when
 ``RAY_AUTH_MODE=token`` is set, and reads it from ``RAY_AUTH_TOKEN``, or from the file that
 ``RAY_AUTH_TOKEN_PATH`` names (default ``~/.ray/auth_token``). Without it, ``ray.init`` retries
@@ -21,8 +22,8 @@ import tempfile
 from collections.abc import Iterator
 
 AUTH_HINT = (
-    "the cluster asks for a token (Ray's token authentication, on by default since "
-    "`ray start --head` in Ray 2.60): run with RAY_AUTH_MODE=token and the cluster's token in "
+    "the cluster asks for a token (Ray's token authentication, which `ray start --head` "
+    "turns on by default in Ray 2.60): run with RAY_AUTH_MODE=token and the cluster's token in "
     "RAY_AUTH_TOKEN, or in the file RAY_AUTH_TOKEN_PATH names (default ~/.ray/auth_token; "
     "`ray get-auth-token` on the head node prints it); see docs/scaling.md"
 )

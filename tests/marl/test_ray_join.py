@@ -1,7 +1,9 @@
 """Joining a Ray cluster as a new user would: token authentication and resource refusals.
 
-Ray 2.60's ``ray start --head`` turns token authentication on by default. The head node here is
-started that way (``RAY_AUTH_MODE`` unset, a ``HOME`` of its own so it writes its own token), in
+Ray 2.60's ``ray start --head`` turns token authentication on whenever the head has a token
+(``~/.ray/auth_token``, which any earlier local ``ray.init()`` on the machine writes, a
+``marl train ray=local`` run included). The head node here is started that way: a ``HOME`` of
+its own, a token made there with ``ray get-auth-token --generate``, ``RAY_AUTH_MODE`` unset; in
 its own process group, which the teardown kills (never ``ray stop``). Against it:
 
 - ``marl train ray=cluster ray.address=<head>`` without a token fails at once with one line that
@@ -145,7 +147,9 @@ def auth_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
             "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
         )
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in AUTH_VARS}
+    env = {**{k: v for k, v in os.environ.items() if k not in AUTH_VARS}, "HOME": str(home)}
+    # a machine where Ray has run before has a token; ray start --head then turns auth on
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True)
     log = home / "ray-start.log"
     with log.open("w") as out:
         head = subprocess.Popen(
@@ -155,7 +159,7 @@ def auth_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**env, "HOME": str(home)},  # its own token file, not the user's
+            env=env,  # its own HOME and token file, not the user's
             start_new_session=True,  # its own process group: the teardown kills only it
         )  # fmt: skip
     try:
