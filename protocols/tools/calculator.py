@@ -1,15 +1,19 @@
 """The ``calculator`` tool: exact arithmetic on integers and fractions, never ``eval``.
 
 The query is parsed with :mod:`ast` and walked over a whitelist of node types: numbers
-(integers and decimals, read exactly: ``0.1`` is 1/10), ``+ - * / // % **`` (``^`` is taken as a
-power, as calculators write it), unary ``+``/``-`` and parentheses. Anything else (names, calls,
-attributes, strings, comparisons) is refused with a message that names it.
+(integers and decimals, read exactly: ``0.1`` is 1/10), ``+ - * / // % **`` (``^`` is a power, as
+calculators write it, with the power's precedence: it binds tighter than ``*`` and ``+`` and to
+the right, so ``2*3^2`` is 18 and ``2^3^2`` is 512), unary ``+``/``-`` and parentheses. Anything
+else (names, calls, attributes, strings, comparisons) is refused with a message that names it.
 
 Bounds, so that no query can hang or exhaust memory: at most ``MAX_QUERY_CHARS`` characters and
 ``MAX_DEPTH`` levels of nesting; a power's exponent must be a whole number of at most
-``MAX_EXPONENT`` in size, and no operand or result may need more than ``MAX_BITS`` bits (checked
-*before* a power is computed, so ``9**9**9`` is refused at once). The result is exact: an integer,
-or a fraction ``p/q`` followed by its decimal value.
+``MAX_EXPONENT`` in size, and no operand or result may need more than ``MAX_BITS`` bits. A power
+is refused *before* it is computed when its result must need more (``e * (bits(b) - 1) + 1`` bits
+at least, for the numerator and the denominator of the base ``b``: ``9**9**9`` and ``10**5000``
+are refused at once), and computed otherwise (at most ``e * bits(b)`` bits, a bounded cost), then
+checked: ``2**2050`` (2,051 bits) is exact, ``2**4096`` (4,097 bits) is refused. The result is
+exact: an integer, or a fraction ``p/q`` followed by its decimal value.
 """
 
 from __future__ import annotations
@@ -56,6 +60,13 @@ def _check_size(value: Fraction) -> Fraction:
     return value
 
 
+def _least_power_bits(magnitude: int, e: int) -> int:
+    """The fewest bits ``magnitude**e`` can need (``magnitude >= 1``, ``e >= 0``): a number
+    of ``n`` bits is at least ``2**(n - 1)``, so its ``e``-th power needs ``e * (n - 1) + 1``
+    bits or more."""
+    return e * (magnitude.bit_length() - 1) + 1
+
+
 def _power(base: Fraction, exponent: Fraction) -> Fraction:
     if exponent.denominator != 1:
         raise ToolError("only whole-number exponents are exact; got a fractional exponent")
@@ -64,9 +75,14 @@ def _power(base: Fraction, exponent: Fraction) -> Fraction:
         raise ToolError(f"exponent {e} is too large (at most {MAX_EXPONENT} in size)")
     if base == 0 and e < 0:
         raise ToolError("division by zero (0 to a negative power)")
-    if abs(base) not in (0, 1) and _bits(base) * abs(e) > MAX_BITS + _bits(base):
+    if base != 0:
+        parts = (abs(base.numerator), base.denominator)
+        if max(_least_power_bits(p, abs(e)) for p in parts) > MAX_BITS:
+            raise ToolError(f"result too large (more than {MAX_BITS} bits)")
+    result = base**e  # at most e * bits(base) bits, fewer than MAX_BITS + MAX_EXPONENT
+    if _bits(result) > MAX_BITS:
         raise ToolError(f"result too large (more than {MAX_BITS} bits)")
-    return _check_size(base**e)
+    return result
 
 
 def _evaluate(node: ast.AST, depth: int = 0) -> Fraction:
@@ -89,7 +105,7 @@ def _evaluate(node: ast.AST, depth: int = 0) -> Fraction:
     if isinstance(node, ast.BinOp):
         left = _evaluate(node.left, depth + 1)
         right = _evaluate(node.right, depth + 1)
-        if isinstance(node.op, (ast.Pow, ast.BitXor)):
+        if isinstance(node.op, ast.Pow):
             return _power(left, right)
         op = _BINARY.get(type(node.op))
         if op is None:
@@ -110,6 +126,9 @@ def calculate(query: str) -> Fraction:
         raise ToolError(f"expression longer than {MAX_QUERY_CHARS} characters")
     if text.count("(") > MAX_DEPTH:
         raise ToolError(f"expression nested too deeply (more than {MAX_DEPTH} parentheses)")
+    # ``^`` is a power: spelled ``**`` before parsing, it takes the power's precedence and right
+    # associativity (Python would read it as XOR, below ``+`` and ``*``: 2^3+1 would be 2^4)
+    text = text.replace("^", "**")
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:

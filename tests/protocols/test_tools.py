@@ -35,10 +35,36 @@ from marl.protocols.tools.calculator import calculate, format_number
         ("-(3 - 5) * 4", Fraction(8)),
         ("7 // 2 + 7 % 2", Fraction(4)),
         ("(2/3)**-2", Fraction(9, 4)),
+        # issue 29 (L4): ^ is a power with the power's precedence, not XOR's
+        ("2^3+1", Fraction(9)),
+        ("2*3^2", Fraction(18)),
+        ("2^3^2", Fraction(512)),
+        ("2 ^ 3 ** 2", Fraction(512)),
+        ("-2^2", Fraction(-4)),
+        ("2^-1 + 1", Fraction(3, 2)),
+        ("(2^3)^2", Fraction(64)),
     ],
 )
 def test_calculator_is_exact(query: str, value: Fraction) -> None:
     assert calculate(query) == value
+
+
+@pytest.mark.parametrize(
+    ("query", "bits"),
+    [("2**2050", 2051), ("2^4095", 4096), ("3**2584", 4096), ("(1/2)**4095", 4096)],
+)
+def test_a_power_under_the_stated_bound_is_computed(query: str, bits: int) -> None:
+    """The bound is the result's 4,096 bits, not exponent x bits(base) (issue 29, L4)."""
+    value = calculate(query)
+    assert max(value.numerator.bit_length(), value.denominator.bit_length()) == bits
+
+
+@pytest.mark.parametrize("query", ["2**4096", "3**2585", "(1/2)**4096", "7**10000", "2^5000"])
+def test_a_power_over_the_stated_bound_is_refused_at_once(query: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(ToolError, match="result too large \\(more than 4096 bits\\)"):
+        calculate(query)
+    assert time.monotonic() - start < 0.5
 
 
 def test_calculator_formats_integers_and_fractions() -> None:
@@ -86,6 +112,71 @@ def test_calculator_never_raises_anything_but_a_tool_error(text: str) -> None:
 
 
 _ATOMS = st.integers(min_value=-(10**6), max_value=10**6).map(lambda v: (f"({v})", Fraction(v)))
+
+
+def _leaf():
+    return st.integers(min_value=0, max_value=9).map(lambda v: (str(v), 4, Fraction(v)))
+
+
+def _render(op: str, left, right, spelling: str, spaced: bool):
+    """``left op right`` with the fewest parentheses the usual precedence needs (``^`` above
+    ``* /``, above ``+ -``; the power to the right, the others to the left), and its value
+    (None when a step is too large, "zero" on a division by zero; the first error wins, as
+    the calculator evaluates left to right)."""
+    prec = {"+": 1, "-": 1, "*": 2, "/": 2, "^": 3}[op]
+    (ltext, lprec, lvalue), (rtext, rprec, rvalue) = left, right
+    if lprec < prec or (op == "^" and lprec == prec):
+        ltext = f"({ltext})"
+    if rprec < prec or (op != "^" and rprec == prec):
+        rtext = f"({rtext})"
+    symbol = spelling if op == "^" else op
+    text = f"{ltext} {symbol} {rtext}" if spaced else f"{ltext}{symbol}{rtext}"
+    for value in (lvalue, rvalue):
+        if not isinstance(value, Fraction):
+            return text, prec, value
+    if op == "/" and rvalue == 0:
+        return text, prec, "zero"
+    if op == "^":
+        value = lvalue ** int(rvalue) if rvalue <= 64 else None
+    else:
+        value = {"+": lvalue + rvalue, "-": lvalue - rvalue, "*": lvalue * rvalue}.get(op)
+        value = lvalue / rvalue if op == "/" else value
+    if value is not None and max(value.numerator.bit_length(), value.denominator.bit_length()) > (
+        4096
+    ):
+        value = None
+    return text, prec, value
+
+
+def _exponent():
+    """A small exponent: a digit up to 3, or a tower of two of them (right-associative)."""
+    small = st.integers(min_value=0, max_value=3).map(lambda v: (str(v), 4, Fraction(v)))
+    tower = st.tuples(small, small, st.sampled_from(["^", "**"]), st.booleans())
+    return st.one_of(small, tower.map(lambda t: _render("^", t[0], t[1], t[2], t[3])))
+
+
+def _arithmetic(children):
+    binary = st.tuples(
+        st.sampled_from(["+", "-", "*", "/"]), children, children, st.booleans()
+    ).map(lambda t: _render(t[0], t[1], t[2], "^", t[3]))
+    power = st.tuples(children, _exponent(), st.sampled_from(["^", "**"]), st.booleans()).map(
+        lambda t: _render("^", t[0], t[1], t[2], t[3])
+    )
+    return st.one_of(binary, power)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.recursive(_leaf(), _arithmetic, max_leaves=10))
+def test_calculator_reads_precedence_and_associativity_as_written(expression) -> None:
+    """Expressions written with the fewest parentheses (``2*3^2``, ``2^3^2``, ``8-2-1``,
+    ``8/2/2``) give the value of the usual reading: ``^`` and ``**`` bind tightest and to the
+    right, ``* /`` next and ``+ -`` last, both to the left."""
+    text, _, value = expression
+    if isinstance(value, Fraction):
+        assert calculate(text) == value, text
+    else:
+        with pytest.raises(ToolError, match="too large" if value is None else "division by zero"):
+            calculate(text)
 
 
 def _combine(children):
