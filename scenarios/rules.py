@@ -8,9 +8,12 @@ deep-copied by the environment's snapshot, so it must be plain data plus ``self.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import io
 import random
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -204,12 +207,28 @@ def import_rules_module(name: object) -> list[Problem]:
                 f"must be a dotted Python module name such as my_pkg.my_rules, got {short(name)}",
             )
         ]
+    if sys.modules.get(name) is not None:
+        return []  # imported already: nothing runs again
+    out, err = io.StringIO(), io.StringIO()
     try:
-        importlib.import_module(name)
+        # what the module prints while it imports is held back, and shown only if it imports:
+        # a module that fails (or exits) is this one problem, not a screen of its own output
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            importlib.import_module(name)
+    except SystemExit as exc:  # a script's main (unittest.__main__) must not end the caller
+        return [
+            Problem(
+                "rules_module",
+                f"cannot import {name!r}: it exits when imported (SystemExit: "
+                f"{short(exc.code)}); name a module that only defines and registers rules",
+            )
+        ]
     except Exception as exc:  # noqa: BLE001 - any failure of the user's module is reported
         lines = str(exc).splitlines()
         reason = f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
         return [Problem("rules_module", f"cannot import {name!r}: {reason}")]
+    sys.stdout.write(out.getvalue())
+    sys.stderr.write(err.getvalue())
     return []
 
 

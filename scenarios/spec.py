@@ -191,13 +191,17 @@ def _check_section(data: Mapping, key: str, problems: list[Problem]) -> Mapping:
 
 
 def _type_ok(value: object, hint: object) -> bool:
-    """Whether ``value`` fits a simple annotation: int, float, bool, str, None and unions."""
+    """Whether ``value`` fits a simple annotation: int, float, bool, str, None, unions, and
+    lists or tuples of those (``list[str]``, ``tuple[str, ...]``: YAML gives both as a list)."""
     if hint is Any:
         return True
     if hint is type(None) or hint is None:
         return value is None
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return any(_type_ok(value, h) for h in typing.get_args(hint))
+    item = _item_hint(hint)
+    if item is not None:
+        return isinstance(value, (list, tuple)) and all(_type_ok(v, item) for v in value)
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
@@ -209,10 +213,28 @@ def _type_ok(value: object, hint: object) -> bool:
     return True  # an annotation this simple check does not know: the rules check it
 
 
+def _item_hint(hint: object) -> object:
+    """The item annotation of ``list[X]`` or ``tuple[X, ...]``; None for any other hint."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list and len(args) == 1:
+        return args[0]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None
+
+
 def _describe(hint: object) -> str:
-    """An annotation in words: ``int | None`` -> 'an integer or null'."""
+    """An annotation in words: ``int | None`` -> 'an integer or null'; ``list[str]`` -> 'a
+    list of strings'."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return " or ".join(_describe(h) for h in typing.get_args(hint))
+    item = _item_hint(hint)
+    if item is not None:
+        plural = {bool: "true or false values", int: "integers", float: "finite numbers"}
+        words = plural.get(item) or (  # type: ignore[call-overload]
+            "strings" if item is str else f"items of type {_describe(item)}"
+        )
+        return f"a list of {words}"
     words = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
     if hint is type(None) or hint is None:
         return "null"
@@ -545,13 +567,24 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     if rules_known:
         problems += _param_type_problems(RULES[rules].Params, params)
     if not problems and rules_known:
-        problems += [
-            Problem(f"params.{p.path}" if p.path else "params", p.message)
-            for p in RULES[rules].check_params(dict(params), agents)
-        ]
+        problems += _rules_params_problems(rules, dict(params), agents)
     if not problems and rules_known:
         problems += _implied_rounds_problems(RULES[rules], dict(params), episode)
     return problems
+
+
+def _rules_params_problems(rules: str, params: dict, agents: list[str]) -> list[Problem]:
+    """The rules' own ``check_params``, its problems under ``params``. A check that raises (a
+    value of a shape it did not expect) is one problem naming ``params``, not a traceback."""
+    from marl.scenarios.rules import RULES
+
+    try:
+        found = RULES[rules].check_params(params, agents)
+    except Exception as exc:  # noqa: BLE001 - a rules module's check is code we do not own
+        lines = str(exc).splitlines()
+        reason = f"{type(exc).__name__}: {lines[0][:160]}" if lines else type(exc).__name__
+        return [Problem("params", f"rules {short(rules)} could not check these params ({reason})")]
+    return [Problem(f"params.{p.path}" if p.path else "params", p.message) for p in found]
 
 
 def _implied_rounds_problems(rules_cls: type, params: dict, episode: Mapping) -> list[Problem]:

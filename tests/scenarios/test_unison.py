@@ -39,7 +39,7 @@ def test_free_riders_see_the_same_instruction() -> None:
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [(["zz"], "'zz' not among the agents"), ("a0", "must be a list of agent names")],
+    [(["zz"], "'zz' not among the agents"), ("a0", "must be a list of strings or null, got 'a0'")],
 )
 def test_bad_scored_agents_name_the_key(value: object, message: str) -> None:
     with pytest.raises(ScenarioError, match="params.scored_agents") as error:

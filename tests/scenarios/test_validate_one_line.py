@@ -1,0 +1,103 @@
+"""``marl validate`` answers hostile values with one line naming the key (issue 29, item 4).
+
+- A list where the rules declare ``list[str]`` (spotlight's ``scouts: [[ann]]``, the audit's
+  ``TypeError: unhashable type: 'list'``) is refused by the schema's type check, naming the key.
+- A rules ``check_params`` that raises anyway is one problem under ``params``.
+- A ``rules_module`` that exits when imported (``unittest.__main__``) is one problem naming
+  ``rules_module``; it neither ends ``marl validate`` nor prints its own output.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from marl.cli import main
+from marl.scenarios.registry import load_document
+from marl.scenarios.rules import RULES
+
+
+def scenario_file(folder: Path, base: str, name: str, **changes: object) -> Path:
+    document, _ = load_document(base)
+    params = {**(document.get("params") or {}), **changes.pop("params", {})}  # type: ignore[dict-item]
+    document = {**document, "name": f"{name}-v0", "params": params, **changes}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("base", "params", "problem"),
+    [
+        ("spotlight", {"scouts": [["ann"]]}, "params.scouts: must be a list of strings or null"),
+        ("spotlight", {"scouts": ["ann", 3]}, "params.scouts: must be a list of strings or null"),
+        ("spotlight", {"scouts": "ann"}, "params.scouts: must be a list of strings or null"),
+        ("bargain", {"items": [{"a": 1}]}, "params.items: must be a list of strings"),
+        (
+            "unison",
+            {"scored_agents": [[1]]},
+            "params.scored_agents: must be a list of strings or null",
+        ),
+    ],
+)
+def test_a_nested_list_where_strings_belong_is_one_line_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture, base: str, params: dict, problem: str
+) -> None:
+    path = scenario_file(tmp_path, base, "bad", params=params)
+    assert main(["validate", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"{path}: {problem}, got {params[next(iter(params))]!r}"]
+    assert err == ""
+
+
+def test_lists_of_strings_still_validate(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = scenario_file(tmp_path, "spotlight", "good", params={"scouts": ["ann", "bob"]})
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{path}: ok"]
+
+
+def test_a_check_params_that_raises_is_one_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def crash(cls, params, agents):  # noqa: ANN001, ANN202 - a rules check with a bug
+        return [problem for problem in params["no such key"]]
+
+    monkeypatch.setattr(RULES["spotlight"], "check_params", classmethod(crash))
+    path = scenario_file(tmp_path, "spotlight", "crash", params={"scouts": ["ann"]})
+    assert main(["validate", str(path)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: params: rules 'spotlight' could not check these params "
+        "(KeyError: 'no such key')"
+    ]
+
+
+@pytest.mark.subprocess
+def test_a_rules_module_that_exits_is_one_problem_not_the_end_of_validate(tmp_path: Path) -> None:
+    exits = tmp_path / "exits.yaml"
+    exits.write_text("name: exits-v0\nrules: matrix\nrules_module: unittest.__main__\n")
+    scouts = scenario_file(tmp_path, "spotlight", "scouts", params={"scouts": [["ann"]]})
+    script = Path(sys.executable).with_name("marl")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
+    done = subprocess.run(
+        [*command, "validate", str(exits), str(scouts)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        f"{exits}: rules_module: cannot import 'unittest.__main__': it exits when imported "
+        "(SystemExit: True); name a module that only defines and registers rules"
+    )
+    # validate went on to the next problem of that file, and to the next file
+    assert all(line.startswith(f"{exits}: ") for line in lines[:-1])
+    assert lines[-1] == (
+        f"{scouts}: params.scouts: must be a list of strings or null, got [['ann']]"
+    )
+    assert "Traceback" not in done.stderr and "Ran 0 tests" not in done.stderr + done.stdout
+    assert done.stderr == ""
