@@ -117,6 +117,8 @@ class ModelSpec:
             value = getattr(self, key)
             if value <= 0:
                 raise ValueError(f"model.{key}: must be > 0, got {value}")
+        if not -(2**63) <= self.seed < 2**64:  # what torch.manual_seed accepts
+            raise ValueError(f"model.seed: must be in [-2**63, 2**64), got {self.seed}")
         head_dim, rest = divmod(self.hidden_size, self.num_heads)
         if rest or head_dim % 2:
             raise ValueError(
@@ -130,6 +132,63 @@ class ModelSpec:
         from marl.agents.precision import resolve_dtype, torch_dtype
 
         return torch_dtype(resolve_dtype(self.dtype, device or "cpu", self.kind))
+
+
+def estimate_parameters(spec: ModelSpec) -> int | None:
+    """About how many parameters the model ``spec`` names, computed from its settings before
+    anything is built; None when they do not say (a model directory without a readable
+    ``config.json`` that gives its sizes).
+
+    Kind ``tiny``: exact (a Llama with tied embeddings over the character vocabulary). Kinds
+    ``hf`` and ``embedded``: a Llama-shaped estimate from the directory's ``config.json``
+    (embeddings, attention with its key/value heads, a gated MLP), within a small factor of
+    the real count for other architectures.
+    """
+    if spec.kind == "tiny":
+        vocab = len(TINY_SPECIAL_TOKENS) + len(TINY_CHARS)
+        hidden, inner = spec.hidden_size, spec.intermediate_size
+        layer = 4 * hidden * hidden + 3 * hidden * inner + 2 * hidden
+        return vocab * hidden + spec.num_layers * layer + hidden
+    folder = Path(spec.path) if spec.kind == "hf" and spec.path else None
+    if spec.kind == "embedded":
+        folder = embedded_model_dir(spec.path)
+    return _estimate_from_config(folder / "config.json") if folder is not None else None
+
+
+def _estimate_from_config(path: Path) -> int | None:
+    import json
+    import stat
+
+    limit = 1 << 20  # a config.json is a few KB; a FIFO or a device is not read at all
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+                return None
+            config = json.loads(f.read(limit).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    config = {**config, **(config.get("text_config") or {})}
+
+    def size(key: str, default: int | None = None) -> int | None:
+        value = config.get(key, default)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        return value if ok else None
+
+    hidden, layers, vocab = size("hidden_size"), size("num_hidden_layers"), size("vocab_size")
+    if hidden is None or layers is None or vocab is None:
+        return None
+    inner = size("intermediate_size", 4 * hidden) or 4 * hidden
+    heads = size("num_attention_heads", 1) or 1
+    kv_heads = size("num_key_value_heads", heads) or heads
+    head_dim = size("head_dim", max(hidden // heads, 1)) or max(hidden // heads, 1)
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    layer = attention + 3 * hidden * inner + 2 * hidden
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
+    return embeddings + layers * layer + hidden
 
 
 def load_model(

@@ -8,9 +8,18 @@ the newest step directory and is replaced atomically too (write a temporary file
 
 ``state.pt`` holds tensors and plain data only (dicts, lists, tuples, numbers, strings): NumPy
 arrays are stored as lists. Loading checks the manifest's size and sha256 before unpickling
-anything, then unpickles with ``torch.load(weights_only=True)``, which builds tensors and plain
-containers and refuses every other object, so a checkpoint never runs code. Any failure is one
+anything, then the zip archive's records (torch.save stores them uncompressed, so a record that
+is compressed, or records that declare more bytes than the file holds, are refused before any
+is inflated: memory stays bounded by the file's size), then unpickles with
+``torch.load(weights_only=True)``, which builds tensors and plain containers and refuses every
+other object, so a checkpoint never runs code. Any failure is one
 :class:`~marl.errors.RunError` line that names the file and what is wrong with it.
+
+A checkpoint's saved config is data too: :func:`saved_model_spec` checks the model it names
+(known keys, values, and a size no larger than the weights it holds) before anything is built.
+
+When ``latest`` names a step directory that does not exist (a kill between the two renames that
+replace a step saved again), the newest complete ``step_N`` is taken, and a line says which.
 """
 
 from __future__ import annotations
@@ -24,7 +33,9 @@ import random
 import re
 import shutil
 import stat
+import sys
 import tempfile
+import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -259,8 +270,22 @@ def _follow_latest(root: Path, latest: Path) -> Path:
             f"resume: {latest} names {short(name)}, not a step_N directory; refusing to follow it"
         )
     step_dir = root / name
-    if not step_dir.is_dir():
-        raise RunError(f"resume: {latest} names {name}, which does not exist in {root}")
+    if not step_dir.is_dir() and not step_dir.is_symlink():
+        # a kill between the two renames of a step saved again (the old copy moved aside, the
+        # new one not yet in place): the newest complete step is the checkpoint to resume
+        steps = _complete_steps(root)
+        if not steps:
+            raise RunError(
+                f"resume: {latest} names {name}, which does not exist in {root}, and no "
+                "complete step_N directory is left"
+            )
+        print(
+            f"resume: {latest} names {name}, which does not exist (a save killed between its "
+            f"renames); taking {steps[-1].name}, the newest complete step",
+            file=sys.stderr,
+            flush=True,
+        )
+        return steps[-1]
     if not _inside(root, step_dir):
         raise RunError(f"resume: {step_dir} leads outside {root}; refusing to follow it")
     return step_dir
@@ -287,39 +312,93 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             raise RunError(
                 f"resume: {payload} is corrupt: its sha256 does not match {MANIFEST_FILE}"
             )
-        f.seek(0)
-        if f.read(4) != b"PK\x03\x04":  # torch.save's zip format; never the legacy pickle one
-            raise RunError(f"resume: {payload} is not a readable checkpoint (not a zip archive)")
-        f.seek(0)
-        try:
-            state = torch.load(f, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any failure to read is one line, not a trace
-            reason = _unpickling_reason(exc) if isinstance(exc, pickle.UnpicklingError) else ""
-            if reason.startswith("Unsupported global"):
-                raise RunError(
-                    f"resume: {payload} holds objects other than tensors and plain data "
-                    f"({reason}); refusing to load it"
-                ) from None
-            raise RunError(
-                f"resume: {payload} is not a readable checkpoint "
-                f"({type(exc).__name__}: {reason or _first_line(exc)})"
-            ) from None
+        state = _torch_load(f, payload, size, "resume")
     check_state(state, payload, manifest_step=manifest["step"])
     return state
 
 
+def load_tensor_file(path: str | Path, what: str = "eval") -> Any:
+    """Tensors and plain data from a ``torch.save`` file with no manifest (a league snapshot),
+    with the same checks as a checkpoint's ``state.pt``: a regular file, a zip archive whose
+    records are stored and fit in the file, loaded with ``weights_only=True``. ``what``
+    begins the one-line :class:`RunError` ("eval: <file> ...")."""
+    payload = Path(path)
+    with _open_payload(payload, what) as f:
+        return _torch_load(f, payload, os.fstat(f.fileno()).st_size, what)
+
+
+def _torch_load(f: Any, payload: Path, size: int, what: str) -> Any:
+    f.seek(0)
+    if f.read(4) != b"PK\x03\x04":  # torch.save's zip format; never the legacy pickle one
+        raise RunError(f"{what}: {payload} is not a readable checkpoint (not a zip archive)")
+    _check_records(f, payload, size, what)
+    f.seek(0)
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any failure to read is one line, not a trace
+        reason = _unpickling_reason(exc) if isinstance(exc, pickle.UnpicklingError) else ""
+        if reason.startswith("Unsupported global"):
+            raise RunError(
+                f"{what}: {payload} holds objects other than tensors and plain data "
+                f"({reason}); refusing to load it"
+            ) from None
+        raise RunError(
+            f"{what}: {payload} is not a readable checkpoint "
+            f"({type(exc).__name__}: {reason or _first_line(exc)})"
+        ) from None
+
+
+def _check_records(f: Any, payload: Path, size: int, what: str) -> None:
+    """Refuse an archive that would inflate to more than its own size, before reading a record.
+
+    ``torch.save`` stores every record uncompressed, and torch's reader allocates each record's
+    declared uncompressed size. So a record that is compressed, one whose stored and declared
+    sizes differ, or records that together declare more bytes than the file holds, are not a
+    checkpoint this code wrote: a 500 KB deflated record can declare 500 MB or more."""
+    f.seek(0)
+    try:
+        with zipfile.ZipFile(f) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as exc:
+        raise RunError(
+            f"{what}: {payload} is not a readable checkpoint (not a zip archive: "
+            f"{_first_line(exc)})"
+        ) from None
+    declared = 0
+    for record in records:
+        name = short(record.filename)
+        if record.compress_type != zipfile.ZIP_STORED:
+            raise RunError(
+                f"{what}: {payload}: record {name} is compressed (zip method "
+                f"{record.compress_type}) to {record.compress_size} bytes from "
+                f"{record.file_size}; torch.save stores records uncompressed, so refusing to "
+                "inflate it"
+            )
+        if record.compress_size != record.file_size:
+            raise RunError(
+                f"{what}: {payload}: record {name} declares {record.file_size} bytes but stores "
+                f"{record.compress_size}; refusing to load it"
+            )
+        declared += record.file_size
+    if declared > size:
+        raise RunError(
+            f"{what}: {payload}: its records declare {declared} bytes, more than the file's "
+            f"{size}; refusing to load it"
+        )
+
+
 @contextlib.contextmanager
-def _open_payload(payload: Path) -> Iterator[Any]:
+def _open_payload(payload: Path, what: str = "resume") -> Iterator[Any]:
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(payload, flags)
     except FileNotFoundError:
-        raise RunError(f"resume: {payload} is missing") from None
+        raise RunError(f"{what}: {payload} is missing") from None
     except OSError as exc:
-        raise RunError(f"resume: cannot read {payload}: {exc.strerror or exc}") from None
+        raise RunError(f"{what}: cannot read {payload}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RunError(f"resume: {payload} is not a regular file")
+            raise RunError(f"{what}: {payload} is not a regular file")
         yield f
 
 
@@ -422,6 +501,79 @@ def _check_rng(rng: Mapping[str, Any], fail: Any) -> None:
         torch.Generator().set_state(rng["torch"])
     except Exception:  # noqa: BLE001
         raise fail("rng.torch is not a torch random state") from None
+
+
+# --- the model a checkpoint names ---------------------------------------------------------------
+
+# The most parameters a checkpoint's config may ask marl to build (40 GB in float32), whatever
+# weights it holds; a full model may also not be larger than about twice the weights it holds.
+MAX_MODEL_PARAMETERS = 10_000_000_000
+
+
+def saved_model_spec(
+    fields: object, source: str | Path, key: str = "config.model", weights: Any = None
+) -> Any:
+    """The :class:`~marl.agents.models.ModelSpec` that a checkpoint's saved config names,
+    checked before anything is allocated; a :class:`RunError` line naming ``key`` otherwise.
+
+    Refused: a value that is not a mapping, an unknown key, a value the spec refuses, and a
+    model of more than :data:`MAX_MODEL_PARAMETERS` parameters or, when ``weights`` (the full
+    model's state dict) are given, of more than about twice the parameters they hold: those
+    weights must fill the model, so a larger one cannot be what was saved."""
+    from dataclasses import fields as dataclass_fields
+
+    from marl.agents.models import ModelSpec, estimate_parameters
+
+    def fail(what: str) -> RunError:
+        return RunError(f"eval: {source}: {what}")
+
+    if not isinstance(fields, Mapping):
+        raise fail(f"{key} is {short(fields)}, not a mapping of model settings")
+    known = [f.name for f in dataclass_fields(ModelSpec)]
+    unknown = [k for k in fields if k not in known]
+    if unknown:
+        name = unknown[0] if str(unknown[0]).isidentifier() else short(unknown[0])
+        raise fail(f"{key}.{name} is not a model setting (known: {', '.join(known)})")
+    for name, value in fields.items():
+        default = ModelSpec.__dataclass_fields__[name].default
+        expected = type(default) if default is not None else str
+        ok = isinstance(value, expected) and not isinstance(value, bool)
+        if not ok and not (value is None and default is None):
+            raise fail(f"{key}.{name} is {short(value)}, not {_a(expected)}")
+    try:
+        spec = ModelSpec(**fields)
+    except (TypeError, ValueError) as exc:
+        raise fail(f"{key}.{_first_line(exc).removeprefix('model.')}") from None
+    count = estimate_parameters(spec)
+    if count is None:
+        return spec
+    held = None
+    if isinstance(weights, Mapping):
+        held = sum(v.numel() for v in weights.values() if isinstance(v, torch.Tensor))
+    limit = MAX_MODEL_PARAMETERS if held is None else min(MAX_MODEL_PARAMETERS, 2 * held + 2**20)
+    if count > limit:
+        sizes = (
+            ", ".join(
+                f"{key}.{k} {getattr(spec, k)}"
+                for k in ("hidden_size", "num_layers", "intermediate_size")
+                if spec.kind == "tiny" and k in fields
+            )
+            or f"{key}.kind {spec.kind}, {key}.path {short(spec.path)}"
+        )
+        why = (
+            f"the checkpoint's weights hold {held:,}"
+            if held is not None and 2 * held + 2**20 < MAX_MODEL_PARAMETERS
+            else f"at most {MAX_MODEL_PARAMETERS:,} are built from a checkpoint"
+        )
+        raise fail(
+            f"{sizes} name a model of about {count:,} parameters ({count * 4 / 2**30:,.1f} GiB "
+            f"in float32), but {why}; refusing to build it"
+        )
+    return spec
+
+
+def _a(kind: type) -> str:
+    return {int: "an integer", str: "a string", float: "a number"}.get(kind, kind.__name__)
 
 
 # --- resume -----------------------------------------------------------------------------------

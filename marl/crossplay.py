@@ -53,6 +53,7 @@ import csv
 import json
 import math
 import random
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -161,7 +162,6 @@ def _snapshot_name(path: Path) -> str:
 def _load_snapshot_player(player: Player) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model spec fields, weights) of a league snapshot: the model of ``<run>/config.yaml``."""
     import torch
-    import yaml
 
     path = Path(player.path)  # type: ignore[arg-type]
     config_file = path.parent.parent / "config.yaml"
@@ -170,12 +170,20 @@ def _load_snapshot_player(player: Player) -> tuple[dict[str, Any], dict[str, Any
             f"eval: {path} is not a league snapshot of a run: no {config_file} to read its "
             "model from"
         )
-    config = yaml.safe_load(config_file.read_text()) or {}
+    from marl.checkpoint import load_tensor_file
+    from marl.scenarios.spec import ScenarioError, read_yaml
+
     try:
-        weights = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - one line, not a trace
-        raise RunError(f"eval: cannot read the snapshot {path}: {exc}") from None
-    return dict(config.get("model") or {}), weights
+        config = read_yaml(config_file)  # bounded, safe: the run directory is data
+    except ScenarioError as exc:
+        raise RunError(f"eval: cannot read {config_file}: {exc.problems[0]}") from None
+    weights = load_tensor_file(path, "eval")
+    if not isinstance(weights, dict) or not all(
+        isinstance(v, torch.Tensor) for v in weights.values()
+    ):
+        raise RunError(f"eval: {path} is not a league snapshot (a mapping of tensors)")
+    model = config.get("model") if isinstance(config, dict) else None
+    return ({} if model is None else model), weights
 
 
 def _model_preset(preset: str) -> dict[str, Any]:
@@ -194,8 +202,9 @@ def _model_preset(preset: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- loading
 
 
-def _load_checkpoint_player(player: Player) -> tuple[dict[str, Any], dict[str, Any], dict]:
-    """(model spec fields, weights, the run's config) of a checkpoint player."""
+def _load_checkpoint_player(player: Player) -> tuple[Any, dict[str, Any], str]:
+    """(model spec fields as saved, weights, the config key they were read from) of a
+    checkpoint player."""
     from marl.checkpoint import load_checkpoint
 
     state = load_checkpoint(player.path)  # type: ignore[arg-type]
@@ -218,29 +227,35 @@ def _load_checkpoint_player(player: Player) -> tuple[dict[str, Any], dict[str, A
             "policies only"
         )
     config = state.get("config") or {}
-    model = dict(config.get("model") or {})
-    declared = (config.get("policies") or {}).get(player.policy) or {}
-    if declared.get("model"):
-        model = dict(declared["model"])
-    return model, policy["weights"], config
+    if not isinstance(config, dict):
+        raise RunError(f"eval: {player.path}: its saved config is not a mapping")
+    model, key = config.get("model") or {}, "config.model"
+    declared = config.get("policies") or {}
+    declared = declared.get(player.policy) if isinstance(declared, dict) else None
+    if isinstance(declared, dict) and declared.get("model"):
+        model, key = declared["model"], f"config.policies.{player.policy}.model"
+    return model, policy["weights"], key
 
 
 def build_backends(players: Sequence[Player], backend: str = "hf") -> dict[str, Any]:
     """One generation backend per model player (checkpoints loaded with their weights)."""
     from marl.agents.backends import make_backend
     from marl.agents.models import ModelSpec, load_model
+    from marl.checkpoint import saved_model_spec
 
     backends = {}
     for player in players:
         if player.kind == "bot":
             continue
-        if player.kind == "checkpoint":
-            fields, weights, _ = _load_checkpoint_player(player)
+        if player.kind == "checkpoint":  # a checkpoint's config is data: checked before use
+            fields, weights, key = _load_checkpoint_player(player)
+            spec = saved_model_spec(fields, player.path, key, weights)  # type: ignore[arg-type]
         elif player.kind == "snapshot":
             fields, weights = _load_snapshot_player(player)
-        else:
-            fields, weights = player.model, None
-        spec = ModelSpec(**fields)
+            config_file = Path(player.path).parent.parent / "config.yaml"  # type: ignore[arg-type]
+            spec = saved_model_spec(fields, config_file, "model", weights)
+        else:  # a preset of configs/model, shipped with marl
+            spec, weights = ModelSpec(**player.model), None
         model, tokenizer = load_model(spec)
         if weights is not None:
             _load_weights(model, weights, player)
@@ -249,7 +264,9 @@ def build_backends(players: Sequence[Player], backend: str = "hf") -> dict[str, 
 
 
 def _load_weights(model: Any, weights: dict[str, Any], player: Player) -> None:
-    """Load a player's weights; a tied output layer may be missing (snapshots send it once)."""
+    """Load a player's weights; a tied output layer may be missing (snapshots send it once).
+    Weights of another shape than the model's are one line naming the first tensor."""
+    check_weight_shapes(model, weights, f"eval: the weights of {player.name} ({player.path})")
     missing, unexpected = model.load_state_dict(weights, strict=False)
     tied = getattr(model.config, "tie_word_embeddings", False)
     missing = [k for k in missing if not (tied and k == "lm_head.weight")]
@@ -261,6 +278,24 @@ def _load_weights(model: Any, weights: dict[str, Any], player: Player) -> None:
         )
     if tied:
         model.tie_weights()
+
+
+def check_weight_shapes(model: Any, weights: dict[str, Any], what: str) -> None:
+    """Raise one :class:`RunError` line (``what`` first) when a tensor of ``weights`` has
+    another shape than the model's tensor of that name, before ``load_state_dict`` would."""
+    own = model.state_dict()
+    wrong = [
+        name
+        for name, value in weights.items()
+        if name in own and tuple(getattr(value, "shape", ())) != tuple(own[name].shape)
+    ]
+    if wrong:
+        first = wrong[0]
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        raise RunError(
+            f"{what} do not fit its model: {first} is {list(weights[first].shape)} in the "
+            f"weights, {list(own[first].shape)} in the model its config names{more}"
+        )
 
 
 # --------------------------------------------------------------------------- playing
@@ -715,6 +750,14 @@ def main(args: Sequence[str]) -> int:
     parser.add_argument(
         "--scenario", help="scenario name or YAML (default: the first checkpoint's)"
     )
+    parser.add_argument(
+        "--rules-module",
+        metavar="MODULE",
+        help="a Python module of yours to import before the scenario is read (its rules, bots "
+        "register on import), as scenario.rules_module does in training. Importing runs it: "
+        "name only modules you trust. A rules_module that a checkpoint's config names is never "
+        "imported; name it here",
+    )
     parser.add_argument("--episodes", type=int, default=20, help="episodes per pairing")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/eval", help="output directory")
@@ -756,11 +799,8 @@ def main(args: Sequence[str]) -> int:
 
     from marl.scenarios.registry import make
 
-    run = _first_run_config(ns.players)
-    scenario = ns.scenario or (run.get("scenario") or {}).get("name")
-    if scenario is None:
-        raise RunError("eval: no --scenario given and no checkpoint to take it from")
-    overrides = {} if ns.scenario else dict((run.get("scenario") or {}).get("overrides") or {})
+    run = _first_run_config(ns.players, ns.rules_module)
+    scenario, overrides = _scenario(run, ns)
     rules = make(scenario, **overrides).spec.rules
     if ns.exploitability:
         from marl.exploitability import tree_of
@@ -816,12 +856,9 @@ def _listening_main(ns: argparse.Namespace) -> int:
         raise RunError("eval: --listening and --exploitability are separate evaluations")
     if ns.listening_episodes < 1 or ns.counterfactuals < 1:
         raise RunError("eval: --listening-episodes and --counterfactuals must be >= 1")
-    run = _first_run_config(ns.players)
-    scenario = ns.scenario or (run.get("scenario") or {}).get("name")
-    if scenario is None:
-        raise RunError("eval: no --scenario given and no checkpoint to take it from")
-    overrides = {} if ns.scenario else dict((run.get("scenario") or {}).get("overrides") or {})
-    pairs = load_pairs(ns.players)
+    run = _first_run_config(ns.players, ns.rules_module)
+    scenario, overrides = _scenario(run, ns)
+    pairs = load_pairs(ns.players, rules_module=ns.rules_module)
     sampling, prefix = _sampling(run, ns)
     cells = role_crossplay(
         pairs,
@@ -858,17 +895,32 @@ def _sampling(run: dict[str, Any], ns: argparse.Namespace) -> tuple[Any, bool]:
     from marl.agents.backends import SamplingConfig
 
     s = run.get("sampling") or {}
-    sampling = SamplingConfig(
-        max_new_tokens=ns.max_new_tokens or int(s.get("max_new_tokens", 48)),
-        temperature=ns.temperature if ns.temperature is not None else s.get("temperature", 1.0),
-        top_p=float(s.get("top_p", 1.0)),
-    )
+    if not isinstance(s, dict):
+        raise RunError(f"eval: the first checkpoint's config.sampling is not a mapping: {s!r:.80}")
+    kinds = {"max_new_tokens": int, "temperature": (int, float), "top_p": (int, float)}
+    for key, kind in kinds.items():
+        value = s.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            flag = f"; set it with --{key.replace('_', '-')}" if key != "top_p" else ""
+            raise RunError(
+                f"eval: the first checkpoint's config.sampling.{key} is {value!r:.80}, not a "
+                f"number{flag}"
+            )
+    try:
+        sampling = SamplingConfig(
+            max_new_tokens=ns.max_new_tokens or int(s.get("max_new_tokens", 48)),
+            temperature=ns.temperature if ns.temperature is not None else s.get("temperature", 1.0),
+            top_p=float(s.get("top_p", 1.0)),
+        )
+    except ValueError as exc:
+        raise RunError(f"eval: {exc} (the first checkpoint's config, or the flag)") from None
     return sampling, bool(s.get("response_prefix", False))
 
 
-def _first_run_config(specs: Sequence[str]) -> dict[str, Any]:
-    """The run config of the first spelling that is an existing checkpoint path; a spelling
-    that is a path (it holds a ``/``) but does not exist is refused, naming it."""
+def _first_run_config(specs: Sequence[str], rules_module: str | None = None) -> dict[str, Any]:
+    """The run config of the first spelling that is an existing checkpoint path, as
+    :func:`checkpoint_config` makes it safe to use (``rules_module``: the one the command line
+    names); a spelling that is a path (it holds a ``/``) but does not exist is refused."""
     from marl.checkpoint import load_checkpoint
 
     config = None
@@ -881,7 +933,83 @@ def _first_run_config(specs: Sequence[str]) -> dict[str, Any]:
             continue
         if Path(path).exists():
             if config is None:
-                config = load_checkpoint(path).get("config") or {}
+                saved = load_checkpoint(path).get("config") or {}
+                config = checkpoint_config(saved, path, rules_module)
         elif "/" in path:
             raise RunError(f"eval: checkpoint not found: {path}")
     return config or {}
+
+
+def _scenario(run: dict[str, Any], ns: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The scenario ``marl eval`` plays and its overrides: ``--scenario`` (its own file as it
+    is), else the first checkpoint's (``run``, made safe by :func:`checkpoint_config`);
+    ``--rules-module`` is imported either way."""
+    if ns.scenario:
+        scenario, overrides = ns.scenario, {}
+    else:
+        saved = run.get("scenario") or {}
+        scenario, overrides = saved.get("name"), dict(saved.get("overrides") or {})
+        if scenario is None:
+            raise RunError("eval: no --scenario given and no checkpoint to take it from")
+    if ns.rules_module is not None:
+        overrides["rules_module"] = ns.rules_module
+    return scenario, overrides
+
+
+_NOTED: set[tuple[str, str, str]] = set()
+
+
+def checkpoint_config(
+    config: object, source: str | Path, rules_module: str | None = None
+) -> dict[str, Any]:
+    """A checkpoint's saved run config, safe to build a scenario from: it never chooses code.
+
+    A checkpoint is data (README, "Trust model"), so a ``rules_module`` it names (in
+    ``scenario.rules_module``, in ``scenario.overrides``, or in the scenario file its
+    ``scenario.name`` points at) is not imported: it is removed (the file's is overridden with
+    null), with one line on stderr for each, unless the command line names that same module
+    (``rules_module``, which is imported in any case). The scenario section must be a mapping
+    with a string name."""
+    from marl.scenarios.registry import load_document
+    from marl.scenarios.spec import ScenarioError, short
+
+    if not isinstance(config, dict):
+        raise RunError(f"eval: {source}: its saved config is {short(config)}, not a mapping")
+    scenario = config.get("scenario")
+    if scenario is None:
+        return dict(config)
+    name = scenario.get("name") if isinstance(scenario, dict) else None
+    overrides = (scenario.get("overrides") or {}) if isinstance(scenario, dict) else None
+    if not isinstance(name, str) or not isinstance(overrides, dict):
+        raise RunError(
+            f"eval: {source}: config.scenario is {short(scenario)}, not a scenario name with "
+            "its overrides; pass --scenario"
+        )
+    overrides = dict(overrides)
+    named = [
+        ("config.scenario.rules_module", scenario.get("rules_module")),
+        ("config.scenario.overrides.rules_module", overrides.pop("rules_module", None)),
+    ]
+    try:
+        document, where = load_document(name)
+    except ScenarioError:
+        document, where = {}, name  # an unknown scenario is refused when it is built
+    in_file = document.get("rules_module")
+    if in_file is not None:  # the file a checkpoint points at is data too
+        named.append((f"the scenario file {where}", in_file))
+        overrides["rules_module"] = None
+    for key, module in named:
+        note = (str(source), key, repr(module))
+        if module is not None and module != rules_module and note not in _NOTED:
+            _NOTED.add(note)  # once per process: --listening reads the first checkpoint twice
+            hint = f"--rules-module {module}" if isinstance(module, str) else "--rules-module"
+            print(
+                f"eval: not importing rules_module {short(module)}, named by {key} in "
+                f"{source}: a checkpoint never chooses code to run; to import it, pass {hint}",
+                file=sys.stderr,
+                flush=True,
+            )
+    if rules_module is not None:
+        overrides["rules_module"] = rules_module
+    clean = {k: v for k, v in scenario.items() if k != "rules_module"}
+    return {**config, "scenario": {**clean, "name": name, "overrides": overrides}}

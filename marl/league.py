@@ -236,9 +236,9 @@ class League:
         return snapshot
 
     def load_weights(self, name: str) -> dict[str, Any]:
-        """The weights of snapshot ``name``, read back (tensors only)."""
-        import torch
-
+        """The weights of snapshot ``name``, read back (tensors only, bounded by the file's
+        size: :func:`marl.checkpoint.load_tensor_file`)."""
+        from marl.checkpoint import load_tensor_file
         from marl.errors import RunError
 
         snapshot = next((s for s in self.snapshots if s.name == name), None)
@@ -247,7 +247,7 @@ class League:
         path = Path(snapshot.path)
         if not path.is_file():
             raise RunError(f"league: the file of {name} is missing: {path}")
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return load_tensor_file(path, "league")
 
     # --- the draw ----------------------------------------------------------------------------
     def draw(self, step: int, groups: int) -> Matchup:

@@ -54,15 +54,23 @@ class Pair:
     config: dict[str, Any]  # the run's saved config ({} for the base model)
 
 
-def load_pairs(specs: Sequence[str], base_preset: str | None = None) -> list[Pair]:
+def load_pairs(
+    specs: Sequence[str], base_preset: str | None = None, rules_module: str | None = None
+) -> list[Pair]:
     """Pairs from ``name=checkpoint`` spellings (a run's ``checkpoints`` folder or one step's
     directory) and ``name=model:<preset>`` (the base model in both seats). Every checkpoint
     must hold a policy for each of its scenario's first two agents; LoRA adapters share one
-    base backend per base model."""
+    base backend per base model.
+
+    A checkpoint's config is data (:func:`marl.crossplay.checkpoint_config`): a
+    ``rules_module`` it names is not imported unless the command line names it
+    (``rules_module``), and the model it names is checked before it is built
+    (:func:`marl.checkpoint.saved_model_spec`)."""
     from marl.agents.backends import make_backend
     from marl.agents.models import ModelSpec, load_model
-    from marl.checkpoint import load_checkpoint
+    from marl.checkpoint import load_checkpoint, saved_model_spec
     from marl.config import load_config
+    from marl.crossplay import check_weight_shapes, checkpoint_config
     from marl.policies import AdapterBackend, peft_lora_config
     from marl.policy_map import plan_for
     from marl.scenarios.registry import make
@@ -70,10 +78,11 @@ def load_pairs(specs: Sequence[str], base_preset: str | None = None) -> list[Pai
     pairs: list[Pair] = []
     bases: dict[tuple, Any] = {}
 
-    def base_backend(fields: Mapping[str, Any]) -> Any:
+    def base_backend(fields: Mapping[str, Any], source: str | None = None) -> Any:
         key = tuple(sorted((k, str(v)) for k, v in fields.items()))
         if key not in bases:
-            model, tokenizer = load_model(ModelSpec(**fields))
+            spec = ModelSpec(**fields) if source is None else saved_model_spec(fields, source)
+            model, tokenizer = load_model(spec)
             bases[key] = make_backend("hf", model=model, tokenizer=tokenizer)
         return bases[key]
 
@@ -90,7 +99,8 @@ def load_pairs(specs: Sequence[str], base_preset: str | None = None) -> list[Pai
         if not Path(body).exists():
             raise RunError(f"eval: checkpoint not found: {body}")
         state = load_checkpoint(body)
-        config = load_config(state.get("config") or {})
+        saved = checkpoint_config(state.get("config") or {}, body, rules_module)
+        config = load_config(saved)
         plan = plan_for(config)
         agents = list(make(config.scenario.name, **dict(config.scenario.overrides)).possible_agents)
         if len(agents) < 2:
@@ -103,17 +113,21 @@ def load_pairs(specs: Sequence[str], base_preset: str | None = None) -> list[Pai
                 raise RunError(f"eval: {body} holds no policy {pid!r} for agent {agent!r}")
             pspec = plan.policies[pid]
             fields = {k: v for k, v in vars(pspec.model).items()}
+            declared = saved.get("policies") if isinstance(saved.get("policies"), dict) else {}
+            model_key = f"config.policies.{pid}.model" if pid in declared else "config.model"
             if policy.get("kind") == "adapter":
-                backend = base_backend(fields)
+                backend = base_backend(fields, body)
                 adapter = re.sub(r"\W", "_", f"pair_{name}__{pid}")  # peft: no dots
                 lora = peft_lora_config(pspec.lora)
                 backend.add_adapter(adapter, policy["weights"], config=lora)
                 views.append(AdapterBackend(backend, adapter, lora))
             else:
-                model, tokenizer = load_model(ModelSpec(**fields))
+                spec_ = saved_model_spec(fields, body, model_key, policy.get("weights"))
+                model, tokenizer = load_model(spec_)
+                check_weight_shapes(model, policy["weights"], f"eval: the weights in {body}")
                 model.load_state_dict(policy["weights"], strict=False)
                 views.append(make_backend("hf", model=model, tokenizer=tokenizer))
-        pairs.append(Pair(name, views[0], views[1], state.get("config") or {}))
+        pairs.append(Pair(name, views[0], views[1], saved))
     names = [p.name for p in pairs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

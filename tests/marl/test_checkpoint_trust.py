@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -450,3 +451,112 @@ def test_the_cli_prints_one_line_for_a_corrupt_checkpoint(unison_run: Path, tmp_
         f"error: resume: {directory / STATE_FILE} is corrupt: its sha256 does not match "
         "manifest.json"
     ]
+
+
+# --- issue 29: bounded inflation, and resume after a kill between a re-save's renames ------------
+
+
+def test_records_that_declare_more_bytes_than_the_file_holds_are_refused(tmp_path: Path) -> None:
+    """A central directory can declare any size for a stored record, and torch's reader
+    allocates the declared size: the declared total must fit in the file."""
+    directory = save_checkpoint(tmp_path, 1, fake_state())
+    data = bytearray((directory / STATE_FILE).read_bytes())
+    entry = data.index(b"PK\x01\x02")  # the first record's central directory entry
+    data[entry + 20 : entry + 28] = (2**31).to_bytes(4, "little") * 2  # stored and declared
+    write_raw_checkpoint(directory, bytes(data))
+    with pytest.raises(RunError, match=r"records declare \d+ bytes, more than the file's") as info:
+        load_checkpoint(directory)
+    assert "\n" not in str(info.value) and str(directory / STATE_FILE) in str(info.value)
+
+
+KILL_BETWEEN_RENAMES = textwrap.dedent(
+    """
+    import os, signal, sys
+    import torch
+    from marl.checkpoint import load_checkpoint, save_checkpoint
+    run = sys.argv[1]
+    state = load_checkpoint(sys.argv[2])
+    for step in (1, 2):
+        save_checkpoint(run, step, {{**state, "step": step}})
+    real_replace = os.replace
+
+    def replace_then_die(src, dst):
+        real_replace(src, dst)
+        if os.path.basename(dst) == "old":  # the old step_000002 is aside, the new one not in
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    os.replace = replace_then_die
+    save_checkpoint(run, 2, {{**state, "step": 2}})  # step 2 saved again
+    """
+)
+
+
+def kill_between_renames(run: Path, source: Path) -> None:
+    """Save steps 1 and 2 under ``run`` from ``source``'s state, then save step 2 again and
+    SIGKILL the process between the rename that moves the old step 2 aside and the one that
+    moves the new one in: the state the audit found (issue 29, L1)."""
+    done = subprocess.run(
+        [sys.executable, "-c", KILL_BETWEEN_RENAMES.format(), str(run), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    root = run / "checkpoints"
+    assert (root / "latest").read_text() == "step_000002\n"
+    assert not (root / "step_000002").exists() and (root / "step_000001").is_dir()
+    assert len([p for p in root.iterdir() if p.name.startswith(".step_000002.")]) == 2
+
+
+def test_resume_takes_the_newest_complete_step_when_latest_names_a_missing_one(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    save_checkpoint(tmp_path / "source", 1, fake_state())
+    kill_between_renames(tmp_path / "run", tmp_path / "source")
+    root = tmp_path / "run" / "checkpoints"
+    state = load_checkpoint(tmp_path / "run")
+    assert state["step"] == 1
+    assert capfd.readouterr().err.splitlines() == [
+        f"resume: {root / 'latest'} names step_000002, which does not exist (a save killed "
+        "between its renames); taking step_000001, the newest complete step"
+    ]
+    # with no complete step left, the refusal is one line
+    shutil.rmtree(root / "step_000001")
+    with pytest.raises(RunError, match="no complete step_N directory is left") as info:
+        load_checkpoint(tmp_path / "run")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_marl_train_resumes_from_the_newest_complete_step_after_a_killed_resave(
+    unison_run: Path, tmp_path: Path
+) -> None:
+    """The real thing: a run's checkpoint saved as steps 1 and 2, the re-save of step 2 killed
+    between its renames, then ``marl train resume=...`` continues from step 1 and says so."""
+    kill_between_renames(tmp_path / "killed", unison_run)
+    script = Path(sys.executable).with_name("marl")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
+    done = subprocess.run(
+        [
+            *command,
+            "train",
+            "model=tiny",
+            "scenario=unison",
+            "train.steps=2",
+            f"resume={tmp_path / 'killed'}",
+            f"hydra.run.dir={tmp_path / 'resumed'}",
+            "logging.progress=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = tmp_path / "killed" / "checkpoints"
+    assert (
+        f"resume: {root / 'latest'} names step_000002, which does not exist (a save killed "
+        "between its renames); taking step_000001, the newest complete step"
+    ) in done.stderr.splitlines()
+    assert "Traceback" not in done.stderr
+    assert load_checkpoint(tmp_path / "resumed")["step"] == 2
