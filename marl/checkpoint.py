@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from marl.errors import RunError
+from marl.protocols.values import is_int
 from marl.scenarios.spec import read_bounded, short
 
 FORMAT = "marl-checkpoint"
@@ -87,7 +88,7 @@ def plain(value: Any) -> Any:
 
 def save_checkpoint(run_dir: str | Path, step: int, state: dict[str, Any]) -> Path:
     """Write ``state`` as the checkpoint of ``step``; returns its directory."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    if not is_int(step) or step < 0:
         raise ValueError(f"checkpoint step must be an integer >= 0, got {step!r}")
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -419,9 +420,9 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
         and manifest.get("format") == FORMAT
         and isinstance(manifest.get("files"), dict)
         and isinstance(entry := manifest["files"].get(STATE_FILE), dict)
-        and _is_int(entry.get("bytes"))
+        and is_int(entry.get("bytes"))
         and isinstance(entry.get("sha256"), str)
-        and _is_int(manifest.get("step"))
+        and is_int(manifest.get("step"))
     )
     if not ok:
         raise RunError(f"resume: {path} is not a marl checkpoint manifest")
@@ -446,10 +447,6 @@ def _unpickling_reason(exc: BaseException) -> str:
     return lines[0].split(" was not an allowed global")[0][:160] if lines else ""
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_state(state: object, source: str | Path, manifest_step: int | None = None) -> None:
     """Raise RunError unless ``state`` has the structure :func:`save_checkpoint` writes for
     ``marl train``: a step >= 0, RNG states each generator accepts, and per-policy states."""
@@ -460,7 +457,7 @@ def check_state(state: object, source: str | Path, manifest_step: int | None = N
     if not isinstance(state, dict):
         raise fail(f"holds a {type(state).__name__}, not a checkpoint state")
     step = state.get("step")
-    if not _is_int(step) or step < 0:
+    if not is_int(step) or step < 0:
         raise fail(f"step is {short(step)}; it must be an integer >= 0")
     if manifest_step is not None and step != manifest_step:
         raise fail(f"step is {step} but {MANIFEST_FILE} says {manifest_step}")

@@ -31,6 +31,7 @@ import yaml
 from marl.protocols.graphs import TOPOLOGIES, GraphSpec
 from marl.protocols.router import ChannelNoise, MessageBudget
 from marl.protocols.tools import normalise_tools, tool_problems
+from marl.protocols.values import is_finite_number, is_int, is_number
 
 TOP_LEVEL_KEYS = {
     "name",
@@ -162,24 +163,6 @@ def _unknown_keys(data: Mapping, allowed: set[str], prefix: str) -> list[Problem
     ]
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_finite(value: object) -> bool:
-    """A number that converts to a finite float (a 400-digit int overflows float())."""
-    if not _is_number(value):
-        return False
-    try:
-        return math.isfinite(float(value))  # type: ignore[arg-type]
-    except OverflowError:
-        return False
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_section(data: Mapping, key: str, problems: list[Problem]) -> Mapping:
     value = data.get(key, {})
     if value is None:
@@ -205,9 +188,9 @@ def _type_ok(value: object, hint: object) -> bool:
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
-        return _is_int(value)
+        return is_int(value)
     if hint is float:
-        return _is_finite(value)
+        return is_finite_number(value)
     if isinstance(hint, type):
         return isinstance(value, hint)
     return True  # an annotation this simple check does not know: the rules check it
@@ -470,12 +453,12 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
         isinstance(graph["center"], str) and graph["center"] in known_agents
     ):
         problems.append(Problem("graph.center", f"unknown agent {short(graph['center'])}"))
-    if "p" in graph and not (_is_number(graph["p"]) and 0 <= graph["p"] <= 1):
+    if "p" in graph and not (is_number(graph["p"]) and 0 <= graph["p"] <= 1):
         problems.append(Problem("graph.p", "must be a probability between 0 and 1"))
-    if "seed" in graph and graph["seed"] is not None and not _is_int(graph["seed"]):
+    if "seed" in graph and graph["seed"] is not None and not is_int(graph["seed"]):
         problems.append(Problem("graph.seed", "must be an integer or null"))
     if "rewire_every" in graph and not (
-        _is_int(graph["rewire_every"]) and graph["rewire_every"] >= 0
+        is_int(graph["rewire_every"]) and graph["rewire_every"] >= 0
     ):
         problems.append(Problem("graph.rewire_every", "must be an integer >= 0"))
     edges = graph.get("edges", [])
@@ -510,7 +493,7 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     messages = _check_section(data, "messages", problems)
     problems += _unknown_keys(messages, MESSAGE_KEYS, "messages.")
     for key in ("max_chars", "max_per_round"):
-        if key in messages and not (_is_int(messages[key]) and messages[key] >= 1):
+        if key in messages and not (is_int(messages[key]) and messages[key] >= 1):
             problems.append(Problem(f"messages.{key}", "must be an integer >= 1"))
     noise = messages.get("noise", {}) or {}
     if not isinstance(noise, Mapping):
@@ -518,14 +501,14 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     else:
         problems += _unknown_keys(noise, NOISE_KEYS, "messages.noise.")
         for key in NOISE_KEYS & set(noise):
-            if not (_is_number(noise[key]) and 0 <= noise[key] <= 1):
+            if not (is_number(noise[key]) and 0 <= noise[key] <= 1):
                 problems.append(
                     Problem(f"messages.noise.{key}", "must be a probability between 0 and 1")
                 )
 
     episode = _check_section(data, "episode", problems)
     problems += _unknown_keys(episode, EPISODE_KEYS, "episode.")
-    if "rounds" in episode and not (_is_int(episode["rounds"]) and 1 <= episode["rounds"] <= 1000):
+    if "rounds" in episode and not (is_int(episode["rounds"]) and 1 <= episode["rounds"] <= 1000):
         problems.append(Problem("episode.rounds", "must be an integer between 1 and 1000"))
     if "lenient_actions" in episode and not isinstance(episode["lenient_actions"], bool):
         problems.append(Problem("episode.lenient_actions", "must be true or false"))
@@ -533,14 +516,12 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     reward = _check_section(data, "reward", problems)
     problems += _unknown_keys(reward, REWARD_KEYS, "reward.")
     if "cooperation" in reward and not (
-        _is_number(reward["cooperation"]) and 0 <= reward["cooperation"] <= 1
+        is_number(reward["cooperation"]) and 0 <= reward["cooperation"] <= 1
     ):
         problems.append(
             Problem("reward.cooperation", "must be between 0 (zero-sum) and 1 (fully cooperative)")
         )
-    if "malformed_penalty" in reward and not (
-        _is_finite(reward["malformed_penalty"])
-    ):
+    if "malformed_penalty" in reward and not is_finite_number(reward["malformed_penalty"]):
         problems.append(Problem("reward.malformed_penalty", "must be a finite number"))
     if "shaping" in reward:
         from marl.scenarios.shaping import validate_shaping
