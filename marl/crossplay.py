@@ -395,7 +395,7 @@ def crossplay(
             )
             meta.append((row, col, seats))
     if sampling is None:
-        sampling = SamplingConfig(max_new_tokens=48, temperature=1.0, top_p=1.0)
+        sampling = SamplingConfig()  # the sampling group's defaults
 
     def nobody(agent: str) -> str:
         raise RunError(f"eval: agent {agent!r} has no player (a bug: every seat is assigned)")
@@ -807,7 +807,8 @@ def main(args: Sequence[str]) -> int:
 
         tree_of(scenario, overrides)  # refused here, before any model loads
     players = parse_players(ns.players, rules)
-    sampling, response_prefix = _sampling(run, ns)
+    sampling = _sampling(run, ns)
+    response_prefix = sampling.response_prefix
     backends = build_backends(players)
     mode, played = crossplay(
         players,
@@ -859,7 +860,8 @@ def _listening_main(ns: argparse.Namespace) -> int:
     run = _first_run_config(ns.players, ns.rules_module)
     scenario, overrides = _scenario(run, ns)
     pairs = load_pairs(ns.players, rules_module=ns.rules_module)
-    sampling, prefix = _sampling(run, ns)
+    sampling = _sampling(run, ns)
+    prefix = sampling.response_prefix
     cells = role_crossplay(
         pairs,
         scenario,
@@ -889,10 +891,13 @@ def _listening_main(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _sampling(run: dict[str, Any], ns: argparse.Namespace) -> tuple[Any, bool]:
-    """The first checkpoint's sampling settings (``--max-new-tokens`` and ``--temperature``
-    override them) and whether its replies start with a response head."""
-    from marl.agents.backends import SamplingConfig
+def _sampling(run: dict[str, Any], ns: argparse.Namespace) -> Any:
+    """The first checkpoint's sampling settings (its ``sampling`` group read through
+    :func:`marl.config.load_config`, so with the schema's defaults and checks), with
+    ``--max-new-tokens`` and ``--temperature`` overriding them; a ``SamplingConfig``."""
+    from dataclasses import replace
+
+    from marl.config import load_config
 
     s = run.get("sampling") or {}
     if not isinstance(s, dict):
@@ -906,15 +911,15 @@ def _sampling(run: dict[str, Any], ns: argparse.Namespace) -> tuple[Any, bool]:
                 f"eval: the first checkpoint's config.sampling.{key} is {value!r:.80}, not a "
                 f"number{flag}"
             )
-    try:
-        sampling = SamplingConfig(
-            max_new_tokens=ns.max_new_tokens or int(s.get("max_new_tokens", 48)),
-            temperature=ns.temperature if ns.temperature is not None else s.get("temperature", 1.0),
-            top_p=float(s.get("top_p", 1.0)),
-        )
+    flags: dict[str, Any] = {}
+    if ns.max_new_tokens:
+        flags["max_new_tokens"] = ns.max_new_tokens
+    if ns.temperature is not None:
+        flags["temperature"] = ns.temperature
+    try:  # a ConfigError is a ValueError; replace() runs the checks again
+        return replace(load_config({"sampling": s}).sampling, **flags)
     except ValueError as exc:
         raise RunError(f"eval: {exc} (the first checkpoint's config, or the flag)") from None
-    return sampling, bool(s.get("response_prefix", False))
 
 
 def _first_run_config(specs: Sequence[str], rules_module: str | None = None) -> dict[str, Any]:

@@ -244,3 +244,19 @@ def test_cli_eval_on_trained_checkpoints(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert f"checkpoint not found: {tmp_path / 'missing'}" in bad.stderr
+
+
+def test_eval_reads_the_checkpoints_sampling_through_the_config_schema() -> None:
+    """No second set of defaults: what a checkpoint's config leaves out is the sampling
+    group's default, and ``--max-new-tokens`` / ``--temperature`` override what it says."""
+    from argparse import Namespace
+
+    from marl.agents.backends import SamplingConfig
+    from marl.crossplay import _sampling
+
+    no_flags = Namespace(max_new_tokens=None, temperature=None)
+    assert _sampling({}, no_flags) == SamplingConfig()
+    saved = {"sampling": {"max_new_tokens": 7, "response_prefix": True}}
+    assert _sampling(saved, no_flags) == SamplingConfig(max_new_tokens=7, response_prefix=True)
+    flags = Namespace(max_new_tokens=9, temperature=0.5)
+    assert _sampling(saved, flags) == SamplingConfig(9, 0.5, response_prefix=True)
