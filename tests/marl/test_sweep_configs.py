@@ -47,10 +47,11 @@ def test_each_swept_value_is_a_valid_stag_hunt(cooperation: float, team_return: 
 
 def test_the_package_ships_the_sweep_folder() -> None:
     text = (ROOT / "pyproject.toml").read_text()  # tomllib is 3.11+; the project runs on 3.10
-    line = re.search(r'^"marl\.configs" = \[(.*)\]$', text, re.MULTILINE)
-    assert line, "pyproject.toml: no package-data line for marl.configs"
+    assert '"marl.configs.sweep"' in text, "pyproject.toml: marl.configs.sweep is not a package"
+    line = re.search(r'^"\*" = \[(.*)\]$', text, re.MULTILINE)
+    assert line, "pyproject.toml: no package-data line for every package"
     patterns = re.findall(r'"([^"]+)"', line.group(1))
-    shipped = {p for pattern in patterns for p in (ROOT / "configs").glob(pattern)}
+    shipped = {p for pattern in patterns for p in (ROOT / "configs" / "sweep").glob(pattern)}
     sweeps = set((ROOT / "configs" / "sweep").glob("*.yaml"))
     assert sweeps and sweeps <= shipped  # setuptools globs package-data from the package dir
     assert (files("marl.configs") / "sweep" / "stag_hunt_cooperation.yaml").is_file()
