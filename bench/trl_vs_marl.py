@@ -125,11 +125,17 @@ def run_marl(args: argparse.Namespace) -> list[dict[str, float]]:
     backend = HFBackend(model, tokenizer)
     prompts = [prompt_ids(tokenizer, s, o) for s, o in signal_chats(args.prompts)]
     g = args.generations
-    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                              n=g)
-    learner = Learner(model, LearnerSettings(
-        lr=args.lr, beta=0.0, minibatch_size=args.prompts * g, sampling=sampling,
-    ), pad_token_id=tokenizer.pad_token_id)
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, n=g)
+    learner = Learner(
+        model,
+        LearnerSettings(
+            lr=args.lr,
+            beta=0.0,
+            minibatch_size=args.prompts * g,
+            sampling=sampling,
+        ),
+        pad_token_id=tokenizer.pad_token_id,
+    )
     out = []
     for it in range(args.warmup + args.iterations):
         began = time.perf_counter()
@@ -140,21 +146,32 @@ def run_marl(args: argparse.Namespace) -> list[dict[str, float]]:
             rewards = torch.tensor([reward(x.text) for x in group])  # (G,)
             advantages = (rewards - rewards.mean()) / (rewards.std() + 1e-4)  # (G,)
             for j, x in enumerate(group):
-                turn = TurnRecord("agent", "shared", i, i * g + j, 0, x.prompt_ids,
-                                  x.response_ids, x.logprobs, [1] * len(x.response_ids))
+                turn = TurnRecord(
+                    "agent",
+                    "shared",
+                    i,
+                    i * g + j,
+                    0,
+                    x.prompt_ids,
+                    x.response_ids,
+                    x.logprobs,
+                    [1] * len(x.response_ids),
+                )
                 turn.advantage = float(advantages[j])
                 turns.append(turn)
         metrics = learner.update(turns)
         done = time.perf_counter()
         if it >= args.warmup:
-            out.append({
-                "step_s": done - began,
-                "generate_s": generated - began,
-                "update_s": done - generated,
-                "prompt_tokens": float(sum(len(t.prompt_ids) for t in turns)),
-                "completion_tokens": float(sum(len(t.response_ids) for t in turns)),
-                "optimizer_steps": metrics["optimizer_steps"],
-            })
+            out.append(
+                {
+                    "step_s": done - began,
+                    "generate_s": generated - began,
+                    "update_s": done - generated,
+                    "prompt_tokens": float(sum(len(t.prompt_ids) for t in turns)),
+                    "completion_tokens": float(sum(len(t.response_ids) for t in turns)),
+                    "optimizer_steps": metrics["optimizer_steps"],
+                }
+            )
     return out
 
 
@@ -168,10 +185,12 @@ def run_trl(args: argparse.Namespace) -> list[dict[str, float]]:
 
     model, tokenizer = _load(args)
     chats = signal_chats(args.prompts)
-    data = Dataset.from_list([
-        {"prompt": [{"role": "system", "content": s}, {"role": "user", "content": o}]}
-        for s, o in chats
-    ])
+    data = Dataset.from_list(
+        [
+            {"prompt": [{"role": "system", "content": s}, {"role": "user", "content": o}]}
+            for s, o in chats
+        ]
+    )
 
     def reward_fn(completions: list[Any], **_: Any) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
@@ -209,9 +228,14 @@ def run_trl(args: argparse.Namespace) -> list[dict[str, float]]:
             def on_step_end(self, *a: Any, **k: Any) -> None:
                 times["step"].append(time.perf_counter() - self.began)
 
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=config,
-                              train_dataset=data, processing_class=tokenizer,
-                              callbacks=[StepTimer()])
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=reward_fn,
+            args=config,
+            train_dataset=data,
+            processing_class=tokenizer,
+            callbacks=[StepTimer()],
+        )
         generate = trainer._generate_and_score_completions
 
         def timed_generate(*a: Any, **k: Any) -> Any:
@@ -231,13 +255,15 @@ def run_trl(args: argparse.Namespace) -> list[dict[str, float]]:
         completion = float(log.get("completions/mean_length", 0.0))
         completions = args.prompts * args.generations
         if it >= args.warmup:
-            out.append({
-                "step_s": times["step"][it],
-                "generate_s": times["generate"][it],
-                "update_s": times["step"][it] - times["generate"][it],
-                "prompt_tokens": tokens - previous_tokens - completion * completions,
-                "completion_tokens": completion * completions,
-            })
+            out.append(
+                {
+                    "step_s": times["step"][it],
+                    "generate_s": times["generate"][it],
+                    "update_s": times["step"][it] - times["generate"][it],
+                    "prompt_tokens": tokens - previous_tokens - completion * completions,
+                    "completion_tokens": completion * completions,
+                }
+            )
         previous_tokens = tokens
     return out
 
@@ -296,7 +322,10 @@ def main() -> None:
             env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
             done = subprocess.run(
                 [sys.executable, __file__, *forwarded, "--contender", contender],
-                env=env, capture_output=True, text=True, check=False,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
             )
             if done.returncode != 0:
                 sys.stderr.write(done.stderr[-4000:])
@@ -309,32 +338,56 @@ def main() -> None:
     figures = {}
     for contender, per_round in rounds.items():
         figures[contender] = {
-            key: {"min": min(r[key] for r in per_round),
-                  "median": statistics.median(r[key] for r in per_round)}
+            key: {
+                "min": min(r[key] for r in per_round),
+                "median": statistics.median(r[key] for r in per_round),
+            }
             for key in per_round[0]
         }
         f = figures[contender]
         summary += [
             row(f"{contender}: step", f["step_s"]["median"], "s", f"min {f['step_s']['min']:.3g}"),
             row(f"{contender}: generate", f["generate_s"]["median"], "s"),
-            row(f"{contender}: update", f["update_s"]["median"], "s",
-                f"{f['update_tokens_per_s']['median']:.0f} tokens/s"),
+            row(
+                f"{contender}: update",
+                f["update_s"]["median"],
+                "s",
+                f"{f['update_tokens_per_s']['median']:.0f} tokens/s",
+            ),
             row(f"{contender}: peak RSS", f["peak_rss_gb"]["median"], "GB"),
-            row(f"{contender}: update FLOP/s, share of the matmul peak",
-                f["update_flops_share_of_peak"]["median"], "",
-                f"nominal 6 N tokens; peak {peak / 1e9:.0f} GFLOP/s {args.dtype}"),
+            row(
+                f"{contender}: update FLOP/s, share of the matmul peak",
+                f["update_flops_share_of_peak"]["median"],
+                "",
+                f"nominal 6 N tokens; peak {peak / 1e9:.0f} GFLOP/s {args.dtype}",
+            ),
         ]
     ours, theirs = figures["marl"], figures["trl"]
     summary += [
-        row("step: trl / marl", theirs["step_s"]["median"] / ours["step_s"]["median"], "x",
-            "agent turns per second, ours over TRL's"),
-        row("update tokens/s: marl / trl", ours["update_tokens_per_s"]["median"]
-            / max(theirs["update_tokens_per_s"]["median"], 1e-9), "x"),
-        row("load average at start", state["load_average"][0], "",
-            f"{args.dtype}, {args.threads} thread(s), model {args.model}"),
+        row(
+            "step: trl / marl",
+            theirs["step_s"]["median"] / ours["step_s"]["median"],
+            "x",
+            "agent turns per second, ours over TRL's",
+        ),
+        row(
+            "update tokens/s: marl / trl",
+            ours["update_tokens_per_s"]["median"]
+            / max(theirs["update_tokens_per_s"]["median"], 1e-9),
+            "x",
+        ),
+        row(
+            "load average at start",
+            state["load_average"][0],
+            "",
+            f"{args.dtype}, {args.threads} thread(s), model {args.model}",
+        ),
     ]
-    write("trl_vs_marl" + ("" if args.dtype == "float32" else f"_{args.dtype}"),
-          {"args": vars(args), "rounds": rounds, "figures": figures, "machine": state}, summary)
+    write(
+        "trl_vs_marl" + ("" if args.dtype == "float32" else f"_{args.dtype}"),
+        {"args": vars(args), "rounds": rounds, "figures": figures, "machine": state},
+        summary,
+    )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from marl.evaluation import due, evaluation_successes, paired_metrics
 from marl.hparams import read_session
-from marl.train import train
 from marl.seeding import HELD_OUT_SEEDS
+from marl.train import train
 from marl.workers import eval_seeds, step_seeds
 
 
