@@ -46,7 +46,7 @@ class PromptRequest:
     """One agent's prompt that needs ``n`` completions.
 
     info: the environment's info dict for the agent; it picks the response head when heads are
-          on (``response_prefix``) and is otherwise unused.
+          on (``SamplingConfig.response_prefix``) and is otherwise unused.
     """
 
     agent: str
@@ -117,7 +117,6 @@ def generate_by_policy(
     seed: int,
     *,
     max_prompt_tokens: int | None = None,
-    response_prefix: bool = False,
     policies: Sequence[str | None] | None = None,
 ) -> tuple[list[list[Reply]], int]:
     """Every request's ``n`` replies (in request order), and the number of generate calls made.
@@ -153,7 +152,7 @@ def generate_by_policy(
                 ids = prompt_ids(
                     tokenizer, request.system_prompt, request.observation, max_prompt_tokens
                 )
-                head = response_head(request.info) if response_prefix else ""
+                head = response_head(request.info) if sampling.response_prefix else ""
                 ids = ids + head_ids(tokenizer, head)
                 for _ in range(request.n):  # each sample keeps its own count of tool calls
                     tools = ToolBox.from_info(request.info)

@@ -174,7 +174,7 @@ def llm_seconds_per_turn(
     backends, policy_of = llm_policies(mode, agents, model, dtype, scenario)
     forward = time_forwards(backends.values())
     names = [f"p{i}" for i in range(agents)]
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens, response_prefix=True)
     turns = prompt_tokens = distinct = 0  # distinct: prompts not repeated within their round
     in_env = [0.0]  # seconds inside the environments' reset and step (environment + protocol)
 
@@ -199,7 +199,7 @@ def llm_seconds_per_turn(
         # replies start with the head their turn needs (SAY:/ACTION:), as in make run: a base
         # model's free-form replies rarely parse, and then every environment shows its agents
         # the same prompts, which the shared prefill would run once
-        result = run_episodes(slots, backends, policy_of, sampling, seed, response_prefix=True)
+        result = run_episodes(slots, backends, policy_of, sampling, seed)
         turns += len(result.turns)
         prompt_tokens += sum(len(t.prompt_ids) for t in result.turns)
         rounds: dict[int, set[tuple[int, ...]]] = {}

@@ -96,6 +96,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     sampling = SamplingConfig(
         max_new_tokens=config["sampling"]["max_new_tokens"],
         temperature=config["sampling"]["temperature"],
+        response_prefix=bool(config["sampling"].get("response_prefix")),
     )
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
@@ -121,7 +122,6 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
             counterfactuals=args.counterfactuals,
             seed=args.eval_seed,
             sampling=sampling,
-            response_prefix=bool(config["sampling"].get("response_prefix")),
         )[f"s{seed}"]
         result["checkpoint"] = spec.split("=", 1)[1]
         cache.write_text(json.dumps(json_safe(result)))
@@ -281,8 +281,8 @@ def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         sampling=SamplingConfig(
             max_new_tokens=config["sampling"]["max_new_tokens"],
             temperature=config["sampling"]["temperature"],
+            response_prefix=bool(config["sampling"].get("response_prefix")),
         ),
-        response_prefix=bool(config["sampling"].get("response_prefix")),
     )
     write_tables(out, cells, {})
     return cells

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from statistics import fmean
 
@@ -44,9 +45,8 @@ def play(backend: HFBackend, scenario: str, prefix: bool, n: int, sampling: Samp
     """N episodes with the base model; the rates of the module docstring."""
     slots = [EpisodeSlot(make(scenario), 1000 + i, i, i) for i in range(n)]
     began = time.time()
-    rollout = run_episodes(
-        slots, {"p": backend}, lambda a: "p", sampling, seed=1, response_prefix=prefix
-    )
+    sampling = replace(sampling, response_prefix=prefix)
+    rollout = run_episodes(slots, {"p": backend}, lambda a: "p", sampling, seed=1)
     speaker = [t for t in rollout.turns if t.agent == "speaker"]
     listener = [t for t in rollout.turns if t.agent == "listener"]
     sent = [bool(s.env.log[0].delivered) for s in slots]

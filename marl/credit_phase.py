@@ -39,11 +39,10 @@ def backend_generate(
     sampling: SamplingConfig,
     seed: int = 0,
     max_prompt_tokens: int | None = None,
-    response_prefix: bool = False,
 ) -> Callable[[Sequence[GenerationRequest]], list[list[str]]]:
     """The re-simulator's batched ``generate``: one backend call per policy per round. With
-    ``response_prefix`` replies start with their turn's head, exactly as in the rollout. The
-    k-th call is seeded ``seed * 100_003 + k``."""
+    ``sampling.response_prefix`` replies start with their turn's head, exactly as in the
+    rollout. The k-th call is seeded ``seed * 100_003 + k``."""
     calls = itertools.count()
 
     def generate(requests: Sequence[GenerationRequest]) -> list[list[str]]:
@@ -57,7 +56,6 @@ def backend_generate(
             sampling,
             seed * 100_003 + next(calls),
             max_prompt_tokens=max_prompt_tokens,
-            response_prefix=response_prefix,
         )
         return [[reply.text for reply in options] for options in replies]
 

@@ -349,7 +349,6 @@ def crossplay(
     episodes: int = 20,
     seed: int = 0,
     sampling: Any = None,
-    response_prefix: bool = False,
     mode: str = "auto",
     backends: dict[str, Any] | None = None,
 ) -> tuple[str, list[Episode]]:
@@ -406,7 +405,6 @@ def crossplay(
         nobody,
         sampling,
         seed=seed * 1_000_003 + 424_243,
-        response_prefix=response_prefix,
     )
     spec = probe.spec
     played = [
@@ -808,7 +806,6 @@ def main(args: Sequence[str]) -> int:
         tree_of(scenario, overrides)  # refused here, before any model loads
     players = parse_players(ns.players, rules)
     sampling = _sampling(run, ns)
-    response_prefix = sampling.response_prefix
     backends = build_backends(players)
     mode, played = crossplay(
         players,
@@ -817,7 +814,6 @@ def main(args: Sequence[str]) -> int:
         episodes=ns.episodes,
         seed=ns.seed,
         sampling=sampling,
-        response_prefix=response_prefix,
         mode=ns.mode,
         backends=backends,
     )
@@ -830,8 +826,7 @@ def main(args: Sequence[str]) -> int:
             backends,
             scenario,
             overrides,
-            response_prefix=response_prefix,
-            temperature=sampling.temperature,
+            sampling=sampling,
         )
     out = Path(ns.out)
     write_results(
@@ -861,7 +856,6 @@ def _listening_main(ns: argparse.Namespace) -> int:
     scenario, overrides = _scenario(run, ns)
     pairs = load_pairs(ns.players, rules_module=ns.rules_module)
     sampling = _sampling(run, ns)
-    prefix = sampling.response_prefix
     cells = role_crossplay(
         pairs,
         scenario,
@@ -869,7 +863,6 @@ def _listening_main(ns: argparse.Namespace) -> int:
         episodes=ns.episodes,
         seed=ns.seed,
         sampling=sampling,
-        response_prefix=prefix,
     )
     listening = pair_listening(
         pairs,
@@ -879,7 +872,6 @@ def _listening_main(ns: argparse.Namespace) -> int:
         counterfactuals=ns.counterfactuals,
         seed=ns.seed,
         sampling=sampling,
-        response_prefix=prefix,
         progress=True,
     )
     out = Path(ns.out)

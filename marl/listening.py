@@ -66,6 +66,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marl.agents.backends.base import SamplingConfig
 from marl.errors import RunError
 
 __all__ = [
@@ -373,13 +374,13 @@ def _choose_donors(scenarios: Sequence[_Scenario], speaker: str, listener: str, 
 def hf_sampler(
     backends: Mapping[str, Any],
     policy_of: Callable[[str], str],
-    sampling: Any,
+    sampling: SamplingConfig,
     *,
     seed: int = 0,
-    response_prefix: bool = False,
     max_prompt_tokens: int | None = None,
 ) -> Sampler:
-    """The speaker's replies from the rollout's own backends (as the rollout samples them)."""
+    """The speaker's replies from the rollout's own backends (as the rollout samples them,
+    ``sampling.response_prefix`` included)."""
     from dataclasses import replace
 
     from marl.agents.generation import generate_by_policy
@@ -393,7 +394,6 @@ def hf_sampler(
             sampling,
             seed,
             max_prompt_tokens=max_prompt_tokens,
-            response_prefix=response_prefix,
         )
         return [[reply.text for reply in row] for row in replies]
 
@@ -403,19 +403,22 @@ def hf_sampler(
 def hf_scorer(
     backend: Any,
     *,
-    temperature: float = 1.0,
-    response_prefix: bool = False,
+    sampling: SamplingConfig | None = None,
     max_prompt_tokens: int | None = None,
     chunk: int = 16,
 ) -> Scorer:
     """The listener's exact distributions from an HF backend (a view of a shared base scores
-    with its adapter active; the model's train/eval mode is restored). ``chunk`` prompts are
-    scored at a time, which bounds the memory of the logits."""
+    with its adapter active; the model's train/eval mode is restored), at the run's
+    ``sampling.temperature`` and after ``sampling.response_prefix``'s head (default
+    :class:`SamplingConfig`'s). ``chunk`` prompts are scored at a time, which bounds the memory
+    of the logits."""
     from marl.agents.action_scores import action_scores
     from marl.agents.generation import _target
     from marl.agents.heads import head_ids, response_head
     from marl.agents.prompts import prompt_ids
     from marl.policies import adapter_active
+
+    sampling = sampling or SamplingConfig()
 
     def score(
         requests: Sequence[Any], texts: Sequence[Sequence[str]]
@@ -427,7 +430,7 @@ def hf_scorer(
             ids = prompt_ids(
                 tokenizer, request.system_prompt, request.observation, max_prompt_tokens
             )
-            head = response_head(request.info or {}) if response_prefix else ""
+            head = response_head(request.info or {}) if sampling.response_prefix else ""
             if any(not t.startswith(head) for t in options):
                 raise RuntimeError(f"the response head {head!r} does not start {list(options)}")
             prompts.append(ids + head_ids(tokenizer, head))
@@ -445,7 +448,7 @@ def hf_scorer(
                         tokenizer,
                         prompts[start : start + chunk],
                         part,
-                        temperature=temperature,
+                        temperature=sampling.temperature,
                     )
                     probs += [
                         [float(scores.probs[i, j]) for j in range(len(options))]

@@ -51,7 +51,6 @@ def play_llm(cfg: DictConfig) -> str:
         plan.policy_of,
         config.sampling,
         seed=config.seed,
-        response_prefix=config.sampling.response_prefix,
     )
     return header + "\n" + render_transcript(env)
 

@@ -143,10 +143,11 @@ def role_crossplay(
     episodes: int = 64,
     seed: int = 0,
     sampling: Any = None,
-    response_prefix: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per (speaker pair, listener pair): ``success`` with its Wilson interval over
-    ``episodes`` held-out scenarios (the same scenarios in every cell)."""
+    ``episodes`` held-out scenarios (the same scenarios in every cell), sampled under
+    ``sampling`` (a :class:`~marl.agents.backends.SamplingConfig`, ``response_prefix``
+    included; default 12 tokens at temperature 1)."""
     from marl.agents.backends import SamplingConfig
     from marl.rollout import EpisodeSlot, run_episodes
     from marl.scenarios.registry import make
@@ -184,7 +185,6 @@ def role_crossplay(
             nobody,
             sampling,
             seed=seed * 1_000_003 + row,
-            response_prefix=response_prefix,
         )
         for col, ll in enumerate(pairs):
             outcomes_of[(s.name, ll.name)] = [
@@ -218,12 +218,11 @@ def pair_listening(
     counterfactuals: int = 8,
     seed: int = 0,
     sampling: Any = None,
-    response_prefix: bool = False,
     progress: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Each pair's exact listening measures with itself: ``{pair: {"summary": {metric:
     {mean, low, high, n}}, "per_scenario": {metric: [...]}}}`` on ``episodes`` held-out
-    scenarios (the same for every pair)."""
+    scenarios (the same for every pair), under ``sampling`` as :func:`role_crossplay`."""
     from marl.agents.backends import SamplingConfig
     from marl.listening import hf_sampler, hf_scorer, listening_per_scenario
     from marl.scenarios.registry import make
@@ -242,13 +241,8 @@ def pair_listening(
                 lambda agent: "speaker",
                 sampling,
                 seed=seed,
-                response_prefix=response_prefix,
             ),
-            hf_scorer(
-                p.listener,
-                temperature=sampling.temperature or 1.0,
-                response_prefix=response_prefix,
-            ),
+            hf_scorer(p.listener, sampling=sampling),
             counterfactuals=counterfactuals,
             swap_seed=seed,
         )

@@ -82,14 +82,14 @@ def run_episodes(
     sampling: SamplingConfig,
     seed: int = 0,
     max_prompt_tokens: int | None = None,
-    response_prefix: bool = False,
 ) -> RolloutResult:
     """Play every slot's episode to the end and return the turn records and episode records.
 
     ``policy_of(agent)`` names the policy an agent uses; ``backends[policy]`` generates for it.
     ``seed`` seeds generation, round by round, so a rollout is reproducible. With
-    ``response_prefix`` each reply starts with the head its turn needs (:mod:`marl.agents.heads`):
-    the head's tokens end the prompt, and the environment gets ``head + generated text``.
+    ``sampling.response_prefix`` each reply starts with the head its turn needs
+    (:mod:`marl.agents.heads`): the head's tokens end the prompt, and the environment gets
+    ``head + generated text``.
     A slot's ``policies`` and ``bots`` override ``policy_of`` for that episode. Every turn record
     gets ``extras["reward_to_go"]``: its agent's rewards from its round to the episode's end.
     """
@@ -140,7 +140,6 @@ def run_episodes(
             sampling,
             seed * 100_003 + round_index,
             max_prompt_tokens=max_prompt_tokens,
-            response_prefix=response_prefix,
             policies=chosen,
         )
         result.generate_calls += calls

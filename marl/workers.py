@@ -153,7 +153,6 @@ class RolloutWorker:
             self.plan.policy_of,
             self.config.sampling,
             seed,
-            response_prefix=self.config.sampling.response_prefix,
         )
 
     def load_weights(self, payload: Any) -> int:
@@ -221,7 +220,6 @@ class RolloutWorker:
             self.plan.policy_of,
             self.config.sampling,
             seed=seed,
-            response_prefix=self.config.sampling.response_prefix,
         )
 
     def exploitability(self, policy_id: str) -> dict[str, Any]:

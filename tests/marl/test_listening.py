@@ -145,9 +145,9 @@ def test_the_tiny_model_is_measured_through_its_backend() -> None:
 
     model, tokenizer = load_model(ModelSpec(kind="tiny"))
     backend = HFBackend(model, tokenizer)
-    sampling = SamplingConfig(max_new_tokens=8, temperature=1.0)
-    sample = hf_sampler({"p": backend}, lambda agent: "p", sampling, response_prefix=True)
-    score = hf_scorer(backend, response_prefix=True)
+    sampling = SamplingConfig(max_new_tokens=8, temperature=1.0, response_prefix=True)
+    sample = hf_sampler({"p": backend}, lambda agent: "p", sampling)
+    score = hf_scorer(backend, sampling=sampling)
     result = measure(lambda: make("signal-v1"), [0, 1, 2], sample, score, counterfactuals=2)
     for name in ("cic", "influence", "success", "null_success", "off_set"):
         assert all(math.isfinite(v) for v in result.per_scenario[name]), name

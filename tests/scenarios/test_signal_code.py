@@ -120,7 +120,7 @@ def test_agent_info_never_reaches_the_prompt() -> None:
     )
     with pytest.raises(Captured):
         generate_by_policy(
-            {"p": Spy()}, lambda a: "p", [request], SamplingConfig(), 0, response_prefix=True
+            {"p": Spy()}, lambda a: "p", [request], SamplingConfig(response_prefix=True), 0
         )
     (prompt,) = Spy.prompts
     text = Spy.tokenizer.decode(prompt)
