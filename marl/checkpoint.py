@@ -46,7 +46,8 @@ import torch
 
 from marl.errors import RunError
 from marl.protocols.values import is_int
-from marl.scenarios.spec import read_bounded, short
+from marl.scenarios.problems import short
+from marl.scenarios.reader import read_bounded
 
 FORMAT = "marl-checkpoint"
 FORMAT_VERSION = 1
@@ -578,8 +579,8 @@ def _a(kind: type) -> str:
 
 def _scenario_id(name: object) -> object:
     """A scenario reference as the registry resolves it (``relay`` -> ``relay-v1``)."""
+    from marl.scenarios.problems import ScenarioError
     from marl.scenarios.registry import _is_path, resolve_name
-    from marl.scenarios.spec import ScenarioError
 
     if not isinstance(name, str) or _is_path(name):
         return name

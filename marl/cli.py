@@ -33,13 +33,10 @@ train.steps=50). `marl play --cfg job` prints the composed config.
 
 
 def _validate(args: Sequence[str]) -> int:
+    from marl.scenarios.problems import MAX_LISTED_PROBLEMS, ScenarioError
+    from marl.scenarios.reader import read_yaml
     from marl.scenarios.registry import _load_builtins
-    from marl.scenarios.spec import (
-        MAX_LISTED_PROBLEMS,
-        ScenarioError,
-        read_yaml,
-        validate_scenario,
-    )
+    from marl.scenarios.validation import validate_scenario
 
     parser = argparse.ArgumentParser(
         prog="marl validate",

@@ -171,7 +171,8 @@ def _load_snapshot_player(player: Player) -> tuple[dict[str, Any], dict[str, Any
             "model from"
         )
     from marl.checkpoint import load_tensor_file
-    from marl.scenarios.spec import ScenarioError, read_yaml
+    from marl.scenarios.problems import ScenarioError
+    from marl.scenarios.reader import read_yaml
 
     try:
         config = read_yaml(config_file)  # bounded, safe: the run directory is data
@@ -967,8 +968,8 @@ def checkpoint_config(
     null), with one line on stderr for each, unless the command line names that same module
     (``rules_module``, which is imported in any case). The scenario section must be a mapping
     with a string name."""
+    from marl.scenarios.problems import ScenarioError, short
     from marl.scenarios.registry import load_document
-    from marl.scenarios.spec import ScenarioError, short
 
     if not isinstance(config, dict):
         raise RunError(f"eval: {source}: its saved config is {short(config)}, not a mapping")

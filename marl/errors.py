@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from marl.scenarios.spec import ScenarioError
+from marl.scenarios.problems import ScenarioError
 
 
 class RunError(RuntimeError):

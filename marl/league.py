@@ -139,8 +139,8 @@ def check_league(config: Config, plan: PolicyPlan | None, agents: list[str]) -> 
     bots = [k[4:] for k, w in league.mix.items() if k.startswith("bot_") and w > 0]
     if bots:
         from marl.scenarios.bots import get_bot
+        from marl.scenarios.problems import ScenarioError
         from marl.scenarios.registry import make
-        from marl.scenarios.spec import ScenarioError
 
         rules = make(config.scenario.name, **config.scenario.overrides).spec.rules
         for bot in bots:

@@ -97,7 +97,7 @@ def _check_warmup(config: Config) -> None:
         read_transcripts(w.data)
         return
     from marl.scenarios.bots import get_bot
-    from marl.scenarios.spec import ScenarioError
+    from marl.scenarios.problems import ScenarioError
 
     env = make(config.scenario.name, **config.scenario.overrides)
     for key, agents in (("warmup.bots", list(w.bots)), ("warmup.agents", w.agents)):

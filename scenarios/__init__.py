@@ -4,9 +4,11 @@ This package knows protocols (messages, graphs, routing) but nothing of LLMs.
 """
 
 from marl.scenarios.base import TextScenarioEnv
+from marl.scenarios.problems import Problem, ScenarioError
 from marl.scenarios.registry import list_scenarios, load_scenario_spec, make, register_scenario
 from marl.scenarios.rules import RULES, RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem, ScenarioError, ScenarioSpec, validate_scenario
+from marl.scenarios.spec import ScenarioSpec
+from marl.scenarios.validation import validate_scenario
 
 __all__ = [
     "RULES",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marl.protocols.registry import Registry
-from marl.scenarios.spec import Problem, ScenarioError
+from marl.scenarios.problems import Problem, ScenarioError
 
 Bot = Callable[[str, str, dict[str, Any], random.Random], str]
 # (rules name, bot name) -> bot

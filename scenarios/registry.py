@@ -19,14 +19,9 @@ from typing import Any
 
 from marl.protocols.registry import Registry
 from marl.scenarios.base import TextScenarioEnv
-from marl.scenarios.spec import (
-    Problem,
-    ScenarioError,
-    ScenarioSpec,
-    deep_merge,
-    read_yaml,
-    spec_from_dict,
-)
+from marl.scenarios.problems import Problem, ScenarioError
+from marl.scenarios.reader import read_yaml
+from marl.scenarios.spec import ScenarioSpec, deep_merge, spec_from_dict
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 SCENARIOS: Registry[str, Path] = Registry("scenario")  # name -> its YAML file

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from marl.protocols.registry import Registry
-from marl.scenarios.spec import Problem, short
+from marl.scenarios.problems import Problem, short
 
 RULES: Registry[str, type[Rules]] = Registry("rules")
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from marl.protocols.registry import Registry
-from marl.scenarios.spec import Problem
+from marl.scenarios.problems import Problem
 
 TurnScore = Callable[[Any], float]  # a TurnLog -> a score in [0, 1]
 SHAPING_KINDS: Registry[str, TurnScore] = Registry("shaping kind")

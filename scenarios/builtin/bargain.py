@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marl.scenarios.bots import register_bot
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem, short
 
 # a whole number standing alone: not part of a word or a decimal ("x2", "1.5"), but it may end a
 # sentence ("... 1.")

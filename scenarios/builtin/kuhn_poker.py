@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from marl.scenarios.bots import register_bot
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem, short
 from marl.scenarios.zero_sum import pick_word
 
 CARDS = ["J", "Q", "K"]  # index = rank

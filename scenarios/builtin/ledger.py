@@ -22,8 +22,8 @@ from typing import Any
 
 from marl.protocols.tools import ToolBox, scripted_call
 from marl.scenarios.bots import register_bot
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem, short
 
 ITEMS = (
     "anchors", "bolts", "cables", "drills", "gears", "hinges", "lamps", "nails", "pipes",

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from marl.scenarios.bots import register_bot
+from marl.scenarios.problems import Problem
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem
 
 _PIECE = re.compile(r"(\d+)\s*=\s*(\d)")
 

@@ -28,8 +28,8 @@ from typing import Any
 
 from marl.scenarios.bots import register_bot
 from marl.scenarios.families.common import parse_int
+from marl.scenarios.problems import Problem
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem
 
 WORDS = [
     "apple",

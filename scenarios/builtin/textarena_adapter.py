@@ -53,8 +53,8 @@ from typing import Any
 
 from marl.protocols.markup import IDLE_REPLY
 from marl.scenarios.bots import register_bot
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem, short
 from marl.scenarios.textarena_games import (
     SUPPORTED,
     probe_offline,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from marl.protocols.values import is_finite_number, is_int
 from marl.scenarios.families.templates import placeholders, render, template_problems
-from marl.scenarios.spec import Problem, short
+from marl.scenarios.problems import Problem, short
 
 MAX_NAME_CHARS = 40  # an action, option or fact name
 MAX_VALUE_CHARS = 80  # a string value in a pool

@@ -35,8 +35,8 @@ from typing import Any
 
 from marl.scenarios.families.common import match_choice, render_private
 from marl.scenarios.families.matrix_schema import check_matrix, player_actions
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem, short
 
 
 @register_rules("matrix")

@@ -17,7 +17,7 @@ from marl.scenarios.families.common import (
     name_list_problems,
     private_problems,
 )
-from marl.scenarios.spec import Problem, short
+from marl.scenarios.problems import Problem, short
 
 MAX_CELLS = 4096  # joint actions in a payoff table
 PLACEHOLDERS = ("agent", "actions", "payoffs")

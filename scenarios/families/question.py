@@ -46,8 +46,8 @@ from marl.scenarios.families.common import (
 )
 from marl.scenarios.families.question_schema import check_question
 from marl.scenarios.families.templates import render
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem, short
 
 MAX_LISTED_ANSWERS = 100  # answers listed for scripted bots when there are this few
 

@@ -19,7 +19,7 @@ from marl.scenarios.families.common import (
     private_problems,
 )
 from marl.scenarios.families.templates import template_problems
-from marl.scenarios.spec import Problem, short
+from marl.scenarios.problems import Problem, short
 
 OPS = ("sum", "max", "concat", "lookup")
 SCORINGS = ("exact", "partial")

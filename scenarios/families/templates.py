@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 
-from marl.scenarios.spec import Problem, short
+from marl.scenarios.problems import Problem, short
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")

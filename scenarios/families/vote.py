@@ -39,8 +39,8 @@ from marl.scenarios.families.common import (
     private_problems,
     render_private,
 )
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
-from marl.scenarios.spec import Problem, short
 
 THRESHOLDS = ("majority", "unanimous")
 PLACEHOLDERS = ("agent", "favourite", "ranking", "values")

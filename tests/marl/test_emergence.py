@@ -344,7 +344,7 @@ def test_the_cut_is_a_command_line_override(override: str) -> None:
     from hydra import compose, initialize_config_module
 
     from marl.cli import _register_scenario_options
-    from marl.scenarios.spec import ScenarioError
+    from marl.scenarios.problems import ScenarioError
 
     _register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):

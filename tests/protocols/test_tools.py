@@ -306,7 +306,7 @@ def test_a_valid_section_fills_in_defaults() -> None:
 
 def test_a_scenario_with_a_bad_tools_section_is_refused_naming_the_key() -> None:
     import marl
-    from marl.scenarios.spec import ScenarioError
+    from marl.scenarios.problems import ScenarioError
 
     with pytest.raises(ScenarioError, match=r"tools.calculator.calls: must be an integer"):
         marl.make("ledger-v0", tools={"calculator": {"calls": 99}})

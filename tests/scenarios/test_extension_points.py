@@ -18,9 +18,10 @@ import yaml
 
 import marl
 from marl.protocols.graphs import TOPOLOGIES, GraphSpec, register_topology
+from marl.scenarios.problems import ScenarioError
 from marl.scenarios.registry import BUILTIN_DIR, load_scenario_spec
 from marl.scenarios.rules import RULES
-from marl.scenarios.spec import ScenarioError, validate_scenario
+from marl.scenarios.validation import validate_scenario
 
 
 # --- topology parameters --------------------------------------------------------------------

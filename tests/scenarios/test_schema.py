@@ -17,9 +17,11 @@ import marl
 from marl.scenarios import ScenarioError, validate_scenario
 from marl.scenarios.base import TextScenarioEnv
 from marl.scenarios.bots import random_bot
+from marl.scenarios.reader import read_yaml
 from marl.scenarios.registry import BUILTIN_DIR, load_scenario_spec, resolve_name
 from marl.scenarios.rules import RULES
-from marl.scenarios.spec import TOP_LEVEL_KEYS, deep_merge, read_yaml, spec_from_dict
+from marl.scenarios.spec import deep_merge, spec_from_dict
+from marl.scenarios.validation import TOP_LEVEL_KEYS
 
 marl.list_scenarios()  # registers the built-in rules
 

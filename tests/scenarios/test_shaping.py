@@ -7,9 +7,9 @@ import random
 import pytest
 
 from marl.scenarios.bots import play_bot_episode
+from marl.scenarios.problems import ScenarioError
 from marl.scenarios.registry import make
 from marl.scenarios.shaping import ShapingTerm, shaping_bonus, validate_shaping
-from marl.scenarios.spec import ScenarioError
 
 SCHEDULE = {"shaping": [{"kind": "format", "weight": 0.2, "until_step": 3}]}
 

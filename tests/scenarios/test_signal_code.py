@@ -16,8 +16,9 @@ import marl
 from marl.scenarios.base import TextScenarioEnv
 from marl.scenarios.bots import get_bot
 from marl.scenarios.builtin.signal import COLOURS, SHAPES, signal_code
+from marl.scenarios.problems import ScenarioError
 from marl.scenarios.registry import load_document
-from marl.scenarios.spec import ScenarioError, validate_scenario
+from marl.scenarios.validation import validate_scenario
 
 # every attribute word the rules know, not just the ones the shipped params draw from
 WORDS = re.compile(r"\b(" + "|".join(COLOURS + SHAPES) + r")s?\b", re.IGNORECASE)

@@ -28,8 +28,8 @@ pytest.importorskip(
 import marl  # noqa: E402
 from marl.scenarios.bots import get_bot  # noqa: E402
 from marl.scenarios.builtin.textarena_adapter import one_line_move, strip_examples  # noqa: E402
+from marl.scenarios.problems import ScenarioError  # noqa: E402
 from marl.scenarios.registry import UNAVAILABLE, register_unavailable  # noqa: E402
-from marl.scenarios.spec import ScenarioError  # noqa: E402
 from marl.scenarios.textarena_games import SUPPORTED, offline_guard, probe_offline  # noqa: E402
 from marl.scenarios.transcript import render_transcript  # noqa: E402
 from marl.scenarios.zero_sum import outcomes  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import marl
-from marl.scenarios.spec import ScenarioError
+from marl.scenarios.problems import ScenarioError
 
 AGENTS = ["a0", "a1", "a2"]
 TEXTS = {"a0": "aab", "a1": "aaaa", "a2": ""}

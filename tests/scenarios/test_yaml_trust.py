@@ -25,8 +25,9 @@ from marl.cli import main
 from marl.scenarios import ScenarioError, validate_scenario
 from marl.scenarios.base import TextScenarioEnv
 from marl.scenarios.bots import random_bot
+from marl.scenarios.reader import read_yaml
 from marl.scenarios.registry import BUILTIN_DIR
-from marl.scenarios.spec import read_yaml, spec_from_dict
+from marl.scenarios.spec import spec_from_dict
 
 marl.list_scenarios()  # registers the built-in rules
 

@@ -327,7 +327,7 @@ UNAVAILABLE_PROBE = """
 import sys
 sys.modules["textarena"] = None  # as if the extra were not installed
 import marl
-from marl.scenarios.spec import ScenarioError
+from marl.scenarios.problems import ScenarioError
 assert "textarena-v0" not in marl.list_scenarios()
 try:
     marl.make("textarena")
