@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from marl.agents.backends import Generation, PolicyBackend, SamplingConfig
+from marl.agents.backends import Generation, PolicyBackend, SamplingConfig, backend_target
 from marl.agents.heads import head_ids, response_head
 from marl.agents.prompts import prompt_ids, untrusted_ids
 from marl.protocols.tools import ToolBox, find_call
@@ -139,14 +139,14 @@ def generate_by_policy(
     # policies in sorted order; views of one base backend join the call of the first of them
     targets: dict[int, tuple[PolicyBackend, list[str]]] = {}
     for policy in sorted(by_policy):
-        backend, _ = _target(backends[policy])
+        backend, _ = backend_target(backends[policy])
         targets.setdefault(id(backend), (backend, []))[1].append(policy)
     calls = 0
     for backend, group in targets.values():
         rows: list[_Row] = []
         for policy in group:
             tokenizer = backends[policy].tokenizer
-            _, adapter = _target(backends[policy])
+            _, adapter = backend_target(backends[policy])
             for k in by_policy[policy]:
                 request = requests[k]
                 ids = prompt_ids(
@@ -192,16 +192,6 @@ def generate_by_policy(
                 )
             )
     return out, calls
-
-
-def _target(backend: PolicyBackend) -> tuple[PolicyBackend, str | None]:
-    """The backend that really generates for ``backend``, and the adapter its rows use: a view
-    of a shared base (``base`` and ``adapter`` attributes) names its base; any other backend is
-    its own target (adapter ``None``: its rows as it routes them)."""
-    base = getattr(backend, "base", None)
-    if base is not None and hasattr(backend, "adapter"):
-        return base, backend.adapter  # type: ignore[attr-defined]
-    return backend, None
 
 
 def _absorb(row: _Row, gen: Generation, tokenizer: Any, max_new_tokens: int) -> None:

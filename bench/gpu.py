@@ -552,7 +552,7 @@ class PositionCounter:
 def turn_records(groups: Sequence[Sequence[Any]], policy_id: str, agent: str) -> list[Any]:
     """Our generations as turn records of one policy: each prompt's samples form a group, with
     advantages +1, -1, +1, ... (nonzero: every turn trains)."""
-    from marl.agents.turn import TurnRecord
+    from marl.protocols.turn import TurnRecord
 
     turns = []
     for g, group in enumerate(groups):
@@ -633,9 +633,9 @@ def compose(overrides: Sequence[str], config_name: str = "demo") -> dict[str, An
     from hydra import initialize_config_module
     from omegaconf import OmegaConf
 
-    from marl.cli import _register_scenario_options
+    from marl.cli import register_scenario_options
 
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module("marl.configs", version_base=None):
         cfg = hydra_compose(config_name, overrides=list(overrides))
     out = OmegaConf.to_container(cfg, resolve=True)

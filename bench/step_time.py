@@ -44,11 +44,11 @@ def worker(config: str, overrides: list[str]) -> None:
     """One ``marl train`` run in this process; prints its last step's timings as JSON."""
     from hydra import compose, initialize_config_module
 
-    from marl.cli import _register_scenario_options
+    from marl.cli import register_scenario_options
     from marl.threads import configure_threads
     from marl.train import train
 
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module("marl.configs", version_base=None):
         cfg = compose(config, overrides=overrides)
     from marl.config import load_config

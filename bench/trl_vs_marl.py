@@ -118,8 +118,8 @@ def run_marl(args: argparse.Namespace) -> list[dict[str, float]]:
     from marl.agents.backends import SamplingConfig
     from marl.agents.backends.hf import HFBackend
     from marl.agents.prompts import prompt_ids
-    from marl.agents.turn import TurnRecord
     from marl.learner import Learner, LearnerSettings
+    from marl.protocols.turn import TurnRecord
 
     model, tokenizer = _load(args)
     backend = HFBackend(model, tokenizer)

@@ -28,13 +28,11 @@ for logging, and ``turn.reward`` (the episode return) is left alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marl.credit.advantages import RoleBaselines, advantage_scope, group_advantages
 from marl.credit.registry import CreditResult
-
-if TYPE_CHECKING:
-    from marl.agents.turn import TurnRecord
+from marl.protocols.turn import TurnRecord
 
 __all__ = ["REWARD_TO_GO", "apply_credit", "turn_credits", "turn_values"]
 

@@ -580,9 +580,9 @@ def _a(kind: type) -> str:
 def _scenario_id(name: object) -> object:
     """A scenario reference as the registry resolves it (``relay`` -> ``relay-v1``)."""
     from marl.scenarios.problems import ScenarioError
-    from marl.scenarios.registry import _is_path, resolve_name
+    from marl.scenarios.registry import is_path, resolve_name
 
-    if not isinstance(name, str) or _is_path(name):
+    if not isinstance(name, str) or is_path(name):
         return name
     try:
         return resolve_name(name)

@@ -35,7 +35,7 @@ train.steps=50). `marl play --cfg job` prints the composed config.
 def _validate(args: Sequence[str]) -> int:
     from marl.scenarios.problems import MAX_LISTED_PROBLEMS, ScenarioError
     from marl.scenarios.reader import read_yaml
-    from marl.scenarios.registry import _load_builtins
+    from marl.scenarios.registry import load_builtins
     from marl.scenarios.validation import validate_scenario
 
     parser = argparse.ArgumentParser(
@@ -44,7 +44,7 @@ def _validate(args: Sequence[str]) -> int:
     )
     parser.add_argument("files", nargs="+")
     ns = parser.parse_args(args)
-    _load_builtins()
+    load_builtins()
     failed = False
     for file in ns.files:
         try:
@@ -88,14 +88,14 @@ def scenario_args(args: Sequence[str], options: set[str]) -> list[str]:
 
     Hydra reads ``scenario=<value>`` as an option of the config group (a file under
     ``configs/scenario`` or a registered name). A value that names none of ``options`` and looks
-    like a path (``./my_game.yaml``, ``games/x.yml``: :func:`marl.scenarios.registry._is_path`),
+    like a path (``./my_game.yaml``, ``games/x.yml``: :func:`marl.scenarios.registry.is_path`),
     or is a file in the working directory, becomes ``scenario=file scenario.name=<value>``,
     which loads that file; a comma sweep of files does the same. Anything else that is not an
     option is refused in one line (:class:`ScenarioArgError`), naming the value.
     """
     from pathlib import Path
 
-    from marl.scenarios.registry import _is_path
+    from marl.scenarios.registry import is_path
 
     out = []
     for arg in args:
@@ -108,7 +108,7 @@ def scenario_args(args: Sequence[str], options: set[str]) -> list[str]:
         if all(item in options for item in items):
             out.append(arg)
             continue
-        files = [i for i in items if i not in options and (_is_path(i) or Path(i).is_file())]
+        files = [i for i in items if i not in options and (is_path(i) or Path(i).is_file())]
         if len(files) == len(items):
             out += [f"{match.group('plus')}scenario={FILE_OPTION}", f"scenario.name={value}"]
             continue
@@ -125,7 +125,7 @@ def scenario_args(args: Sequence[str], options: set[str]) -> list[str]:
     return out
 
 
-def _register_scenario_options() -> set[str]:
+def register_scenario_options() -> set[str]:
     """Make ``scenario=<name>`` work for every registered scenario, not just configs/scenario
     (and ``scenario=file``, which :func:`scenario_args` uses for a path); returns the options."""
     from importlib.resources import files
@@ -164,7 +164,7 @@ def _register_scenario_options() -> set[str]:
 def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) -> int:
     import hydra
 
-    options = _register_scenario_options()
+    options = register_scenario_options()
     try:
         args = scenario_args(args, options)
     except ScenarioArgError as exc:

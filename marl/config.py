@@ -7,8 +7,11 @@ checks run), and raises :class:`ConfigError` naming the offending key.
 A group whose settings a lower package owns is that package's dataclass, documented once where
 it is declared: ``model`` is :class:`marl.agents.models.ModelSpec`, ``sampling`` is
 :class:`marl.agents.backends.SamplingConfig`, ``credit`` is
-:class:`marl.credit.registry.CreditConfig`, and ``algo`` extends the learner's
-:class:`marl.learner.UpdateSettings`. The other groups are declared and documented here.
+:class:`marl.credit.registry.CreditConfig`, and ``algo`` extends :class:`UpdateSettings` (the
+learner's hyper-parameters). The other groups are declared and documented here.
+
+Importing this module loads no torch: the schemas it reuses are torch-free, and the loss and
+advantage registries (which hold tensor functions) are imported when an ``algo`` is built.
 """
 
 from __future__ import annotations
@@ -24,10 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from marl.agents.backends.base import LoraSettings, SamplingConfig, backend_names
 from marl.agents.models import ModelSpec
-from marl.credit.advantages import ADVANTAGES
 from marl.credit.registry import CreditConfig
-from marl.learner import UpdateSettings
-from marl.losses import AGGREGATIONS, POLICY_LOSSES
 
 
 class ConfigError(ValueError):
@@ -134,9 +134,62 @@ class ScenarioConfig:
 
 
 @dataclass
+class UpdateSettings:
+    """The update's hyper-parameters: the ``algo`` config group (:class:`AlgoConfig` adds the
+    estimator's name and checks the values; a learner takes them as they are, in
+    :class:`marl.learner.LearnerSettings`).
+
+    level:       the policy loss, a name in its registry (``marl.losses.register_policy_loss``);
+                 built in: importance ratio per ``token`` (GRPO/PPO) or per ``sequence`` (GSPO,
+                 Zheng et al. 2025).
+    aggregation: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO): one of
+                 ``marl.losses.Aggregation``.
+    clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high].
+    beta:        weight of the k3 KL to the frozen initial policy (0 = no reference model).
+    lr, weight_decay, max_grad_norm: AdamW and gradient clipping.
+    epochs:      passes over the policy's turns of an iteration, shuffled each time.
+    minibatch_size: turns per optimizer step. Each pass cuts the policy's N turns that have a
+                 response into ``ceil(N / minibatch_size)`` minibatches and steps once per
+                 minibatch (PPO/TRL style), so from the second minibatch on the ratio moves
+                 away from 1 and the clip can bind. A minibatch's loss is normalised over all
+                 its turns, zero-advantage ones included; a minibatch in which no turn carries
+                 a gradient (every advantage 0 and beta 0) takes no step, so an iteration takes
+                 at most ``epochs * ceil(N / minibatch_size)`` steps.
+    microbatch_size: turns per forward/backward pass within a minibatch (None = the whole
+                 minibatch). Gradients accumulate over the microbatches, each loss normalised
+                 by the whole minibatch's denominator, so the step is the same (to float
+                 rounding) and only the peak activation memory shrinks: relay's 32-turn
+                 minibatches of 300-token prompts held 15 GB in one pass on SmolLM2.
+    max_nonfinite_updates: an optimizer step whose loss, gradient or new weights hold a NaN or
+                 inf is skipped (weights and AdamW state left as before it) and counted in
+                 ``policies/<id>/nonfinite_skips``; this many skipped steps in a row stop the run.
+    share_prompts: turns of a minibatch with identical prompt ids run their prompt through the
+                 model once and the responses on its key/value cache, in prompt-length buckets
+                 (the same loss and gradient, less compute); before the minibatches are cut,
+                 turns with the same prompt are made adjacent in the shuffled order (a group
+                 that straddles a cut is split). The HF backend likewise prefills each distinct
+                 prompt of a generate call once. false = one padded ``prompt + response``
+                 forward per minibatch and one prefill row per sample (docs/benchmarks.md).
+    """
+
+    level: str = "token"
+    aggregation: str = "seq_mean"
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    beta: float = 0.0
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    epochs: int = 1
+    minibatch_size: int = 16
+    microbatch_size: int | None = None
+    max_nonfinite_updates: int = 3
+    share_prompts: bool = True
+
+
+@dataclass
 class AlgoConfig(UpdateSettings):
-    """The policy-gradient update: the learner's :class:`~marl.learner.UpdateSettings` (every
-    field documented there), plus
+    """The policy-gradient update: :class:`UpdateSettings` (every field documented there), plus
 
     name:      the preset's name (``grpo``, ``gspo``, ``dr_grpo``, ``rae``, ``marshal``); only a
                label.
@@ -155,6 +208,11 @@ class AlgoConfig(UpdateSettings):
     baseline_decay: float = 0.95
 
     def __post_init__(self) -> None:
+        # the registries hold tensor functions: imported when a config is built, never when
+        # the schema is imported (marl play / train --help load no torch; tested)
+        from marl.credit.advantages import ADVANTAGES
+        from marl.losses import AGGREGATIONS, POLICY_LOSSES
+
         if self.advantage not in ADVANTAGES:
             raise ConfigError(ADVANTAGES.unknown_message(self.advantage, key="algo.advantage"))
         if not 0.0 <= self.baseline_decay < 1.0:

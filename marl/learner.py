@@ -68,15 +68,15 @@ from torch import nn
 
 from marl.agents.backends.base import SamplingConfig
 from marl.agents.logprobs import response_logprobs
-from marl.agents.turn import TurnRecord
+from marl.config import UpdateSettings
 from marl.errors import RunError
 from marl.losses import aggregation_denominator, as_aggregation, policy_loss, ratio_unit
+from marl.protocols.turn import TurnRecord
 
 __all__ = [
     "Learner",
     "LearnerSettings",
     "NonFiniteUpdateError",
-    "UpdateSettings",
     "nonfinite_tensors",
     "prompts_together",
 ]
@@ -86,59 +86,6 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 class NonFiniteUpdateError(RunError):
     """Optimizer steps kept meeting a NaN or inf loss, gradient or weight: the run stops."""
-
-
-@dataclass
-class UpdateSettings:
-    """The update's hyper-parameters: the ``algo`` config group (``marl.config.AlgoConfig``
-    adds the estimator's name and checks the values; a learner takes them as they are).
-
-    level:       the policy loss, a name in its registry (``marl.losses.register_policy_loss``);
-                 built in: importance ratio per ``token`` (GRPO/PPO) or per ``sequence`` (GSPO,
-                 Zheng et al. 2025).
-    aggregation: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO): one of
-                 ``marl.losses.Aggregation``.
-    clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high].
-    beta:        weight of the k3 KL to the frozen initial policy (0 = no reference model).
-    lr, weight_decay, max_grad_norm: AdamW and gradient clipping.
-    epochs:      passes over the policy's turns of an iteration, shuffled each time.
-    minibatch_size: turns per optimizer step. Each pass cuts the policy's N turns that have a
-                 response into ``ceil(N / minibatch_size)`` minibatches and steps once per
-                 minibatch (PPO/TRL style), so from the second minibatch on the ratio moves
-                 away from 1 and the clip can bind. A minibatch's loss is normalised over all
-                 its turns, zero-advantage ones included; a minibatch in which no turn carries
-                 a gradient (every advantage 0 and beta 0) takes no step, so an iteration takes
-                 at most ``epochs * ceil(N / minibatch_size)`` steps.
-    microbatch_size: turns per forward/backward pass within a minibatch (None = the whole
-                 minibatch). Gradients accumulate over the microbatches, each loss normalised
-                 by the whole minibatch's denominator, so the step is the same (to float
-                 rounding) and only the peak activation memory shrinks: relay's 32-turn
-                 minibatches of 300-token prompts held 15 GB in one pass on SmolLM2.
-    max_nonfinite_updates: an optimizer step whose loss, gradient or new weights hold a NaN or
-                 inf is skipped (weights and AdamW state left as before it) and counted in
-                 ``policies/<id>/nonfinite_skips``; this many skipped steps in a row stop the run.
-    share_prompts: turns of a minibatch with identical prompt ids run their prompt through the
-                 model once and the responses on its key/value cache, in prompt-length buckets
-                 (the same loss and gradient, less compute); before the minibatches are cut,
-                 turns with the same prompt are made adjacent in the shuffled order (a group
-                 that straddles a cut is split). The HF backend likewise prefills each distinct
-                 prompt of a generate call once. false = one padded ``prompt + response``
-                 forward per minibatch and one prefill row per sample (docs/benchmarks.md).
-    """
-
-    level: str = "token"
-    aggregation: str = "seq_mean"
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None
-    beta: float = 0.0
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    epochs: int = 1
-    minibatch_size: int = 16
-    microbatch_size: int | None = None
-    max_nonfinite_updates: int = 3
-    share_prompts: bool = True
 
 
 @dataclass

@@ -413,7 +413,7 @@ def hf_scorer(
     :class:`SamplingConfig`'s). ``chunk`` prompts are scored at a time, which bounds the memory
     of the logits."""
     from marl.agents.action_scores import action_scores
-    from marl.agents.generation import _target
+    from marl.agents.backends import backend_target
     from marl.agents.heads import head_ids, response_head
     from marl.agents.prompts import prompt_ids
     from marl.policies import adapter_active
@@ -423,7 +423,7 @@ def hf_scorer(
     def score(
         requests: Sequence[Any], texts: Sequence[Sequence[str]]
     ) -> tuple[list[list[float]], list[float]]:
-        base, adapter = _target(backend)
+        base, adapter = backend_target(backend)
         model, tokenizer = base.model, base.tokenizer
         prompts, replies = [], []
         for request, options in zip(requests, texts):

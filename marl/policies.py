@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -27,32 +27,27 @@ from marl.agents.backends import (
     Generation,
     PolicyBackend,
     SamplingConfig,
+    backend_options,
     make_backend,
     peft_lora_config,
 )
 from marl.agents.models import ModelSpec, load_model, with_lora
-from marl.config import Config
-from marl.learner import Learner, LearnerSettings, UpdateSettings
+from marl.config import Config, UpdateSettings
+from marl.learner import Learner, LearnerSettings
 from marl.policy_map import PolicyPlan, PolicySpec
 
 
 def build_backend(
-    config: Config, model: ModelSpec | None = None, device: str | None = None, **kwargs: Any
+    config: Config, model: ModelSpec | None = None, device: str | None = None, **offered: Any
 ) -> PolicyBackend:
     """Load a model (the run's, or ``model``) on ``device`` and wrap it in the configured
-    backend; ``kwargs`` go to the backend (vLLM's adapter slots)."""
+    backend. The run offers ``algo.share_prompts`` and ``offered`` (the adapter slots of a
+    shared base); the backend gets those its ``options`` name
+    (:func:`marl.agents.backends.backend_options`)."""
     loaded, tokenizer = load_model(model or config.model, device)
-    return make_backend(
-        config.backend, model=loaded, tokenizer=tokenizer, **_backend_options(config, kwargs)
-    )
-
-
-def _backend_options(config: Config, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Backend keyword arguments: the HF backend also takes ``algo.share_prompts`` (one prefill
-    per distinct prompt of a generate call)."""
-    if config.backend == "hf":
-        return {"share_prompts": config.algo.share_prompts, **kwargs}
-    return kwargs
+    offered = {"share_prompts": config.algo.share_prompts, **offered}
+    options = backend_options(config.backend, offered)
+    return make_backend(config.backend, model=loaded, tokenizer=tokenizer, **options)
 
 
 def learner_settings(
@@ -88,6 +83,8 @@ class AdapterBackend:
     """One policy's view of a shared base backend: every row uses the policy's adapter (or the
     plain base, for ``adapter=None``). Weight pushes go to that adapter only."""
 
+    options: ClassVar[frozenset[str]] = frozenset()  # no factory builds a view: its base is built
+
     def __init__(self, base: PolicyBackend, adapter: str | None, lora_config: Any = None) -> None:
         self.base = base
         self.adapter = adapter
@@ -97,7 +94,7 @@ class AdapterBackend:
     @property
     def model(self) -> Any:
         """The shared base backend's model."""
-        return self.base.model  # type: ignore[attr-defined]
+        return self.base.model
 
     def generate(
         self,
@@ -114,11 +111,13 @@ class AdapterBackend:
         """Replace this policy's adapter weights."""
         if self.adapter is None:
             raise ValueError("a frozen base-model view takes no weight pushes")
-        self.base.add_adapter(self.adapter, state_dict, config=self.lora_config)  # type: ignore[call-arg]
+        self.base.add_adapter(self.adapter, state_dict, config=self.lora_config)
 
-    def add_adapter(self, name: str, state_dict: Mapping[str, torch.Tensor] | None = None) -> None:
+    def add_adapter(
+        self, name: str, state_dict: Mapping[str, torch.Tensor] | None = None, config: Any = None
+    ) -> None:
         """Adapters are managed on the shared base backend."""
-        self.base.add_adapter(name, state_dict)
+        self.base.add_adapter(name, state_dict, config=config)
 
     def remove_adapter(self, name: str) -> None:
         """Adapters are managed on the shared base backend."""
@@ -143,17 +142,17 @@ class InferencePolicies:
             if spec.lora is not None or (not spec.trainable and spec.base_key in lora_bases):
                 base = shared.get(spec.base_key)
                 if base is None:
-                    extra = {}
-                    if config.backend == "vllm":  # room for every adapter in one batch
-                        extra["max_adapters"] = max(4, adapters_per_base.get(spec.base_key, 0))
-                        extra["max_lora_rank"] = max(
+                    slots = {  # room for every adapter in one batch (backends that need it)
+                        "max_adapters": max(4, adapters_per_base.get(spec.base_key, 0)),
+                        "max_lora_rank": max(
                             [16] + [s.lora.r for s in specs.values() if s.lora is not None]
-                        )
-                    base = build_backend(config, spec.model, device, **extra)
+                        ),
+                    }
+                    base = build_backend(config, spec.model, device, **slots)
                     shared[spec.base_key] = base
                 lora = peft_lora_config(spec.lora) if spec.lora is not None else None
                 if spec.adapter is not None:
-                    base.add_adapter(spec.adapter, None, config=lora)  # type: ignore[call-arg]
+                    base.add_adapter(spec.adapter, None, config=lora)
                 self.backends[pid] = AdapterBackend(base, spec.adapter, lora)
             elif not spec.trainable:  # frozen full policies over one base share it too
                 base = shared.get(spec.base_key) or build_backend(config, spec.model, device)

@@ -2,7 +2,7 @@
 
 Every live agent of every environment that maps to the same policy is prompted together, so a
 round of B x G episodes with N agents costs one ``backend.generate`` call per policy. Each
-completion becomes a :class:`~marl.agents.turn.TurnRecord`; when an episode ends, every record
+completion becomes a :class:`~marl.protocols.turn.TurnRecord`; when an episode ends, every record
 of an agent gets that agent's episode return, and the episode itself becomes an
 :class:`~marl.episodes.EpisodeRecord`. The result is plain data: the environments stay in the
 process that played them.
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from marl.agents.backends import PolicyBackend, SamplingConfig
 from marl.agents.generation import PromptRequest, Reply, generate_by_policy
-from marl.agents.turn import TurnRecord
 from marl.episodes import EpisodeRecord, record_episode
 from marl.protocols.markup import IDLE_REPLY
+from marl.protocols.turn import TurnRecord
 from marl.scenarios.base import TextScenarioEnv
 
 

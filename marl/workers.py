@@ -226,12 +226,12 @@ class RolloutWorker:
         """Policy ``policy_id`` scored exactly as a table of the scenario's game tree with the
         weights this worker holds (:func:`marl.exploitability_log.score_model`; plain data):
         how ``marl train`` scores the learner under Ray. Needs a backend with a torch model."""
-        from marl.agents.generation import _target
+        from marl.agents.backends import backend_target
         from marl.exploitability_log import score_model
 
         if self.policies is None:
             raise ConfigError("agents: scripted agents have no policy to score")
-        base, adapter = _target(self.policies.backends[policy_id])
+        base, adapter = backend_target(self.policies.backends[policy_id])
         model = getattr(base, "model", None)
         if model is None:
             raise ConfigError(

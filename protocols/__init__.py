@@ -1,4 +1,5 @@
-"""Messages, communication graphs, the message markup, routing rules, budgets and channel noise.
+"""Messages, communication graphs, the message markup, routing rules, budgets and channel noise,
+and the turn record (:class:`TurnRecord`) that the rollout writes and credit and learners read.
 
 This package imports nothing from the rest of ``marl``: it is plain data and networkx. The one
 registry class every extension point uses (:class:`Registry`) lives here for that reason.
@@ -9,6 +10,7 @@ from marl.protocols.markup import ParsedCompletion, markup_instructions, parse_c
 from marl.protocols.messages import Message, Violation
 from marl.protocols.registry import Registry, UnknownNameError
 from marl.protocols.router import ChannelNoise, MessageBudget, Router
+from marl.protocols.turn import TurnRecord
 
 __all__ = [
     "TOPOLOGIES",
@@ -19,6 +21,7 @@ __all__ = [
     "ParsedCompletion",
     "Registry",
     "Router",
+    "TurnRecord",
     "UnknownNameError",
     "Violation",
     "build_graph",

@@ -31,7 +31,8 @@ _VERSION = re.compile(r"^(?P<base>.+)-v(?P<version>\d+)$")
 _loaded = False
 
 
-def _load_builtins() -> None:
+def load_builtins() -> None:
+    """Register every built-in scenario (its rules modules, then its YAML files), once."""
     global _loaded
     if _loaded:
         return
@@ -46,7 +47,7 @@ def _load_builtins() -> None:
 
 def register_scenario(path: str | Path) -> str:
     """Register the YAML file at ``path`` under its declared name; returns the name."""
-    _load_builtins()  # so a clash with a built-in name is reported here, not at a later lookup
+    load_builtins()  # so a clash with a built-in name is reported here, not at a later lookup
     path = Path(path)
     data = read_yaml(path)
     name = data.get("name") if isinstance(data, Mapping) else None
@@ -68,13 +69,13 @@ def register_unavailable(name: str, reason: str) -> None:
 
 def list_scenarios() -> list[str]:
     """Names of every registered scenario, versions included."""
-    _load_builtins()
+    load_builtins()
     return sorted(SCENARIOS)
 
 
 def resolve_name(name: str) -> str:
     """The registered name ``name`` refers to (latest version when no ``-vN`` is given)."""
-    _load_builtins()
+    load_builtins()
     if name in SCENARIOS:
         return name
     versions = []
@@ -91,7 +92,7 @@ def resolve_name(name: str) -> str:
     raise ScenarioError([Problem("scenario", SCENARIOS.unknown_message(name))])
 
 
-def _is_path(text: str) -> bool:
+def is_path(text: str) -> bool:
     """Whether a scenario reference is a file path by its form: a .yaml/.yml name or a name
     with a directory separator. Anything else is looked up in the registry first."""
     separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
@@ -106,9 +107,9 @@ def scenario_path(name_or_path: str | Path) -> Path:
     the registered ``relay-v0``. Only a bare name that no registered scenario has falls back to
     a file of that name in the working directory.
     """
-    _load_builtins()
+    load_builtins()
     text = str(name_or_path)
-    if isinstance(name_or_path, Path) or _is_path(text):
+    if isinstance(name_or_path, Path) or is_path(text):
         return Path(text)
     try:
         return SCENARIOS[resolve_name(text)]

@@ -176,9 +176,9 @@ def test_a_scenario_given_as_a_path_becomes_a_file_option(
     """``scenario=./my_game.yaml`` (README step 3) is not a Hydra option: it becomes
     ``scenario=file scenario.name=./my_game.yaml``; names and Hydra's own syntax pass as they
     are; a value that is neither a scenario nor a file is one line naming it."""
-    from marl.cli import FILE_OPTION, ScenarioArgError, _register_scenario_options, scenario_args
+    from marl.cli import FILE_OPTION, ScenarioArgError, register_scenario_options, scenario_args
 
-    options = _register_scenario_options()
+    options = register_scenario_options()
     assert {"relay", "stag-hunt", FILE_OPTION} <= options
     monkeypatch.chdir(tmp_path)
     (tmp_path / "guess").write_text("name: guess-v0\n")

@@ -62,3 +62,20 @@ def test_a_light_command_imports_no_heavy_package_and_prints_no_load_warning(nam
     assert result["code"] == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert result["heavy"] == [], f"{name} imported {result['heavy']}"
     assert "load average" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("module", ["marl.config", "marl.agents.backends", "marl.agents.models"])
+def test_the_config_schema_imports_no_torch(module: str) -> None:
+    """``marl play`` / ``marl train`` read their config through ``marl.config``: the schema and
+    the lower dataclasses it reuses (SamplingConfig, LoraSettings, ModelSpec, CreditConfig) load
+    no torch, ray, transformers, vLLM or peft when imported."""
+    probe = (
+        f"import importlib, json, sys; importlib.import_module({module!r}); "
+        f"print('PROBE ' + json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
+    assert lines, done.stdout[-2000:] + done.stderr[-2000:]
+    assert json.loads(lines[-1][len("PROBE ") :]) == [], f"import {module} loads them"

@@ -7,13 +7,19 @@ agents, the trainer or Ray; ``marl`` (the driver) sits on top. Each case imports
 every module inside it in a fresh interpreter and reads ``sys.modules``, so an import hidden
 behind ``marl/__init__.py``, a re-export or a helper module is caught, which a check of the
 source text alone would miss.
+
+A static pass over the source (ast) then checks every import statement, including those inside
+functions (deferred) and under ``TYPE_CHECKING``, which the fresh-interpreter check cannot see:
+an upward import anywhere fails it.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +122,100 @@ def test_credit_methods_load_no_torch(name):
     assert name in modules
     assert "torch" not in modules, f"import {name} loads torch"
     assert "marl.credit.advantages" not in modules
+
+
+# --- the same rule, read from the source: every import statement, wherever it stands ------------
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE_DIRS = {  # folder -> the package setuptools installs it as (pyproject's package-dir)
+    "protocols": "marl.protocols",
+    "scenarios": "marl.scenarios",
+    "agents": "marl.agents",
+    "credit": "marl.credit",
+    "marl": "marl",
+}
+
+
+def layer_of(module: str) -> str:
+    """The layer (a key of LAYERS) that a ``marl`` module belongs to."""
+    return max(
+        (name for name in LAYERS if module == name or module.startswith(name + ".")), key=len
+    )
+
+
+def imported_modules(tree: ast.AST, package: str) -> list[tuple[int, str]]:
+    """``(line, module)`` of every ``marl`` module that ``tree`` imports anywhere: at the top,
+    inside a function (deferred), under ``if TYPE_CHECKING:``, or by ``importlib.import_module``
+    with a literal name. ``package`` resolves relative imports."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = parts[: len(parts) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return sorted((line, m) for line, m in found if m == "marl" or m.startswith("marl."))
+
+
+def upward_imports(source: str, module: str) -> list[str]:
+    """Every import in ``source`` (the text of ``module``) that reaches above its layer."""
+    layer = layer_of(module)
+    # the driver sits on top: it may import every layer (LAYERS["marl"] says what ``import marl``
+    # alone may load, which is nothing)
+    allowed = tuple(LAYERS) if layer == "marl" else LAYERS[layer][0]
+    package = module if module.endswith(".__init__") else module.rsplit(".", 1)[0]
+    bad = []
+    for line, imported in imported_modules(ast.parse(source), package.removesuffix(".__init__")):
+        target = layer_of(imported)
+        if target != layer and target not in allowed:
+            bad.append(f"{module}:{line} imports {imported}")
+    return bad
+
+
+def source_modules() -> dict[str, Path]:
+    """Every module of the installed packages, by dotted name, from the source folders."""
+    out = {}
+    for folder, package in SOURCE_DIRS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            out[".".join((package, *parts))] = path
+    return out
+
+
+def test_no_module_imports_above_its_layer_even_deferred_or_for_type_checking():
+    modules = source_modules()
+    assert "marl.scenarios.validation" in modules and "marl.credit.apply" in modules
+    bad = [b for name, path in modules.items() for b in upward_imports(path.read_text(), name)]
+    assert bad == [], "imports above their layer:\n" + "\n".join(bad)
+
+
+def test_the_static_pass_sees_deferred_and_type_checking_imports():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import marl.protocols.messages\n"
+        "if TYPE_CHECKING:\n"
+        "    from marl.agents.turn import TurnRecord\n"
+        "def f():\n"
+        "    from marl.config import Config\n"
+        "    import importlib\n"
+        "    importlib.import_module('marl.scenarios.base')\n"
+        "    from ..agents import generation\n"
+    )
+    assert upward_imports(source, "marl.credit.example") == [
+        "marl.credit.example:4 imports marl.agents.turn.TurnRecord",
+        "marl.credit.example:6 imports marl.config.Config",
+        "marl.credit.example:8 imports marl.scenarios.base",
+        "marl.credit.example:9 imports marl.agents.generation",
+    ]
+    assert upward_imports(source, "marl.train") == []  # the driver may import every layer

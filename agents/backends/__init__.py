@@ -9,10 +9,14 @@ vLLM.
 
 from marl.agents.backends.base import (
     BACKENDS,
+    BASE_ADAPTER,
     Generation,
     LoraSettings,
     PolicyBackend,
     SamplingConfig,
+    backend_options,
+    backend_target,
+    check_adapter_name,
     make_backend,
     peft_lora_config,
     register_backend,
@@ -20,10 +24,14 @@ from marl.agents.backends.base import (
 
 __all__ = [
     "BACKENDS",
+    "BASE_ADAPTER",
     "Generation",
     "LoraSettings",
     "PolicyBackend",
     "SamplingConfig",
+    "backend_options",
+    "backend_target",
+    "check_adapter_name",
     "make_backend",
     "peft_lora_config",
     "register_backend",

@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from marl.protocols.registry import Registry
+
+if TYPE_CHECKING:  # torch is imported where weights are copied: the config schema needs none
+    import torch
+
+BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
 
 
 @dataclass
@@ -91,9 +94,20 @@ class Generation:
 
 @runtime_checkable
 class PolicyBackend(Protocol):
-    """Batched generation for one base model, optionally with several adapters."""
+    """Batched generation for one base model, optionally with several adapters.
+
+    tokenizer: the model's tokenizer (prompts arrive as its ids).
+    model:     the torch model that generates, or ``None`` for a backend that serves a model
+               it does not hold in this process (vLLM given a model directory).
+    options:   the build options a run may offer that this backend's factory takes, by name
+               (:func:`backend_options`): ``share_prompts`` (``algo.share_prompts``: one
+               prefill per distinct prompt), ``max_adapters`` and ``max_lora_rank`` (room for
+               every LoRA adapter of a shared base in one batch). Other offers are not passed.
+    """
 
     tokenizer: Any
+    model: Any
+    options: ClassVar[frozenset[str]]
 
     def generate(
         self,
@@ -113,8 +127,11 @@ class PolicyBackend(Protocol):
         """Replace the base model's weights (after a learner update)."""
         ...
 
-    def add_adapter(self, name: str, state_dict: Mapping[str, torch.Tensor] | None = None) -> None:
-        """Add (or overwrite) an adapter under ``name``."""
+    def add_adapter(
+        self, name: str, state_dict: Mapping[str, torch.Tensor] | None = None, config: Any = None
+    ) -> None:
+        """Add (or overwrite) an adapter under ``name`` (``state_dict`` None: a fresh one;
+        ``config``: its peft ``LoraConfig``, None for the backend's default)."""
         ...
 
     def remove_adapter(self, name: str) -> None:
@@ -129,6 +146,8 @@ def copy_weights(
 
     Keys not given keep their values; an unknown name or a wrong shape is an error that names it.
     """
+    import torch
+
     unknown = [k for k in state_dict if k not in targets]
     if unknown:
         raise KeyError(
@@ -144,6 +163,25 @@ def copy_weights(
                     f"expects {tuple(target.shape)}"
                 )
             target.copy_(value)
+
+
+def check_adapter_name(name: str) -> None:
+    """Refuse names peft would mishandle: the reserved base name, dotted or ``lora_`` substrings."""
+    if not name or name == BASE_ADAPTER or "." in name or name in "lora_":
+        raise ValueError(
+            f"adapter name {name!r} cannot be used: it must be non-empty, not {BASE_ADAPTER!r}, "
+            "without '.', and not a substring of 'lora_' (peft would re-initialise it)"
+        )
+
+
+def backend_target(backend: PolicyBackend) -> tuple[PolicyBackend, str | None]:
+    """The backend that really generates for ``backend``, and the adapter its rows use: a view
+    of a shared base (``base`` and ``adapter`` attributes) names its base; any other backend is
+    its own target (adapter ``None``: its rows as it routes them)."""
+    base = getattr(backend, "base", None)
+    if base is not None and hasattr(backend, "adapter"):
+        return base, backend.adapter  # type: ignore[attr-defined]
+    return backend, None
 
 
 # Built-in backends live in ``marl.agents.backends.<name>`` and register themselves when that
@@ -164,6 +202,14 @@ def register_backend(
 ) -> Callable[[Callable[..., PolicyBackend]], Callable[..., PolicyBackend]]:
     """Register a backend factory under ``name``; duplicate names are refused."""
     return BACKENDS.register(name)
+
+
+def backend_options(name: str, offered: Mapping[str, Any]) -> dict[str, Any]:
+    """The build options among ``offered`` that backend ``name`` takes (its factory's
+    ``options``; none for a factory that declares none), so the driver offers what the run
+    asks of any backend and names none of them."""
+    takes = getattr(BACKENDS.lookup(name, key="backend"), "options", frozenset())
+    return {key: value for key, value in offered.items() if key in takes}
 
 
 def make_backend(name: str, **kwargs: Any) -> PolicyBackend:

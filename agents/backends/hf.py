@@ -36,15 +36,17 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
 from marl.agents.attention import use_cpu_decode_attention
 from marl.agents.backends.base import (
+    BASE_ADAPTER,
     Generation,
     SamplingConfig,
+    check_adapter_name,
     copy_weights,
     peft_lora_config,
     register_backend,
@@ -72,7 +74,6 @@ from marl.agents.models import (
     with_lora,
 )
 
-BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
 DecodeMode = Literal["auto", "generate", "static", "graph"]
 DECODE_MODES: tuple[str, ...] = ("auto", "generate", "static", "graph")
 MAX_DECODERS = 4  # CUDA decoders kept (each holds a (rows, H, length, D) cache per layer)
@@ -86,6 +87,8 @@ class HFBackend:
     :meth:`add_adapter` wraps the model in place in a peft ``PeftModel``; removing the last
     adapter unwraps it again.
     """
+
+    options: ClassVar[frozenset[str]] = frozenset({"share_prompts"})  # the run's, offered
 
     def __init__(
         self,
@@ -550,7 +553,7 @@ class HFBackend:
         """
         from peft import PeftModel, set_peft_model_state_dict
 
-        _check_adapter_name(name)
+        check_adapter_name(name)
         if name in self.adapters and state_dict is not None:
             loaded = self.model.peft_config[name]
             if config is None or _same_lora_shape(config, loaded):
@@ -635,15 +638,6 @@ def _same_lora_shape(config: Any, loaded: Any) -> bool:
     return same and set(config.target_modules or ()) == set(loaded.target_modules or ())
 
 
-def _check_adapter_name(name: str) -> None:
-    """Refuse names peft would mishandle: the reserved base name, dotted or ``lora_`` substrings."""
-    if not name or name == BASE_ADAPTER or "." in name or name in "lora_":
-        raise ValueError(
-            f"adapter name {name!r} cannot be used: it must be non-empty, not {BASE_ADAPTER!r}, "
-            "without '.', and not a substring of 'lora_' (peft would re-initialise it)"
-        )
-
-
 def _sampling_processors(sampling: SamplingConfig) -> list[Any]:
     """transformers' own temperature and top-p warpers, for the list that ends in the recorder."""
     from transformers import TemperatureLogitsWarper, TopPLogitsWarper
@@ -720,4 +714,4 @@ def _eos_ids(model: nn.Module, tokenizer: Any) -> set[int]:
     return ids
 
 
-__all__ = ["BASE_ADAPTER", "DECODE_MODES", "HFBackend", "sample_inverse_cdf"]
+__all__ = ["DECODE_MODES", "HFBackend", "sample_inverse_cdf"]

@@ -52,7 +52,7 @@ import tempfile
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -60,11 +60,11 @@ from torch import nn
 from marl.agents.backends.base import (
     Generation,
     SamplingConfig,
+    check_adapter_name,
     copy_weights,
     peft_lora_config,
     register_backend,
 )
-from marl.agents.backends.hf import _check_adapter_name
 from marl.agents.models import ModelSpec, load_model, prepare_tokenizer
 
 INSTALL_HINT = (
@@ -161,6 +161,8 @@ class VLLMBackend:
     16-19 s instead of 30-110 s on a 2-core CPU). ``max_model_len``: prompt + response limit
     (default: the model's). ``engine_kwargs`` go to ``vllm.LLM`` as they are.
     """
+
+    options: ClassVar[frozenset[str]] = frozenset({"max_adapters", "max_lora_rank"})
 
     def __init__(
         self,
@@ -413,7 +415,7 @@ class VLLMBackend:
         """
         from vllm.lora.request import LoRARequest
 
-        _check_adapter_name(name)
+        check_adapter_name(name)
         if self.max_adapters == 0:
             raise ValueError(
                 f"add_adapter {name!r}: this vLLM engine was built without LoRA (max_adapters=0)"

@@ -15,7 +15,8 @@ import torch
 from peft import get_peft_model_state_dict
 
 from marl.agents.backends import SamplingConfig
-from marl.agents.backends.hf import BASE_ADAPTER, HFBackend
+from marl.agents.backends.base import BASE_ADAPTER
+from marl.agents.backends.hf import HFBackend
 from marl.agents.decode import StaticDecoder, length_bucket, only_adapter, row_bucket
 from marl.agents.models import ModelSpec, load_model
 

@@ -11,7 +11,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marl.agents.turn import TurnRecord
 from marl.credit import compute_credit
 from marl.credit.advantages import (
     RoleBaselines,
@@ -21,6 +20,7 @@ from marl.credit.advantages import (
 )
 from marl.credit.apply import apply_credit
 from marl.credit.counterfactual import RecordedEpisode
+from marl.protocols.turn import TurnRecord
 
 
 def test_both_are_registered_with_their_scope() -> None:

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import marl
-from marl.agents.turn import TurnRecord
 from marl.credit import (
     CreditConfig,
     CreditResult,
@@ -30,6 +29,7 @@ from marl.credit import (
 from marl.credit.advantages import compute_advantages, group_advantages
 from marl.credit.apply import apply_credit
 from marl.credit.shapley import permutation_shapley
+from marl.protocols.turn import TurnRecord
 from marl.scenarios.bots import get_bot
 from marl.scenarios.builtin.spotlight import WORDS
 

@@ -9,14 +9,14 @@ from collections.abc import Iterator
 import pytest
 from hydra import compose, initialize_config_module
 
-from marl.cli import _register_scenario_options
+from marl.cli import register_scenario_options
 from marl.config import AlgoConfig, Config, ConfigError, load_config
 from marl.credit.advantages import ADVANTAGES, list_advantages, register_advantage
 
 
 def load(*overrides: str) -> Config:
     """The validated config of ``marl train <overrides>``."""
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         return load_config(compose(config_name="train", overrides=list(overrides)))
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_module
 
-from marl.cli import _register_scenario_options
+from marl.cli import register_scenario_options
 from marl.config import Config, load_config
 from marl.policy_map import plan_for
 
 
 def load(name: str, *overrides: str) -> Config:
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         return load_config(compose(config_name=name, overrides=list(overrides)))
 
@@ -76,7 +76,7 @@ def test_code_trains_one_step_with_a_tiny_model(tmp_path: Path) -> None:
 
     from marl.train import train
 
-    _register_scenario_options()
+    register_scenario_options()
     overrides = [
         "model=tiny",
         "train.steps=1",

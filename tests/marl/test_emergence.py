@@ -343,10 +343,10 @@ def test_the_cut_is_a_command_line_override(override: str) -> None:
     agent is a problem naming ``graph.cut``."""
     from hydra import compose, initialize_config_module
 
-    from marl.cli import _register_scenario_options
+    from marl.cli import register_scenario_options
     from marl.scenarios.problems import ScenarioError
 
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         config = load_config(compose(config_name="demo", overrides=[override]))
         bad = load_config(compose(config_name="demo", overrides=[override.replace("er]", "x]")]))

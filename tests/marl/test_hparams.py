@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict, read_write
 
-from marl.cli import _register_scenario_options
+from marl.cli import register_scenario_options
 from marl.hparams import flatten_overrides, read_session, session_end
 from marl.report import find_runs, load_runs
 from marl.train import train
@@ -78,7 +78,7 @@ def hydra_job() -> Iterator[callable]:
     does), so the run sees its overrides; the job is cleared afterwards."""
 
     def start(overrides: list[str]) -> DictConfig:
-        _register_scenario_options()
+        register_scenario_options()
         with initialize_config_module(config_module="marl.configs", version_base=None):
             cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)

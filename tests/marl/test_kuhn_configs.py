@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from marl.cli import _register_scenario_options
+from marl.cli import register_scenario_options
 from marl.config import Config, load_config
 from marl.policy_map import plan_for
 
 
 def load(*overrides: str) -> Config:
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         return load_config(compose(config_name="kuhn", overrides=list(overrides)))
 
@@ -72,7 +72,7 @@ def test_one_step_against_the_nash_bot_with_the_tiny_model(tmp_path: Path) -> No
 
     from marl.train import train
 
-    _register_scenario_options()
+    register_scenario_options()
     overrides = [
         "league=bot_rule",
         "model=tiny",

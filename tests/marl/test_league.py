@@ -301,9 +301,9 @@ def test_league_on_ray_matches_one_process(tmp_path: Path) -> None:
 def test_presets_compose_through_hydra() -> None:
     from hydra import compose, initialize_config_module
 
-    from marl.cli import _register_scenario_options
+    from marl.cli import register_scenario_options
 
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         pool = load_config(
             compose("train", ["scenario=matching_pennies", "league=pool", "algo=rae"])

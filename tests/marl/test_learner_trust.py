@@ -18,10 +18,10 @@ import torch
 from marl.agents.backends import SamplingConfig
 from marl.agents.logprobs import sequence_logprobs
 from marl.agents.models import ModelSpec, load_model
-from marl.agents.turn import TurnRecord
 from marl.checkpoint import load_checkpoint
 from marl.errors import RunError
 from marl.learner import Learner, LearnerSettings, NonFiniteUpdateError, nonfinite_tensors
+from marl.protocols.turn import TurnRecord
 from marl.train import train
 
 EXCHANGES = [  # (prompt, response, advantage)

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 
 import marl.agents.precision as precision
 from marl.agents.models import ModelSpec
-from marl.cli import _register_scenario_options
+from marl.cli import register_scenario_options
 from marl.config import Config, load_config
 from marl.machine import cpu_name, fit_machine
 from marl.policy_map import assign_gpus
@@ -24,7 +24,7 @@ SHIPPED = ["train", "demo", "demo_full"]
 
 
 def load(name: str, *overrides: str) -> Config:
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         return load_config(compose(config_name=name, overrides=list(overrides)))
 

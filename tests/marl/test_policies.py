@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 
 from marl.agents.logprobs import sequence_logprobs
 from marl.checkpoint import load_checkpoint
-from marl.cli import _register_scenario_options
+from marl.cli import register_scenario_options
 from marl.config import Config, ConfigError, load_config
 from marl.credit_phase import credit_phase
 from marl.policies import PolicyLearner, adapter_active
@@ -91,7 +91,7 @@ def test_presets_generate_policies_from_any_agent_list(agents: list[str]) -> Non
 
 
 def test_presets_compose_through_hydra_for_a_builtin_scenario() -> None:
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         cfg = compose(
             config_name="train",

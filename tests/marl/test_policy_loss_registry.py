@@ -13,7 +13,7 @@ import torch
 from hydra import compose, initialize_config_module
 
 from marl.agents.models import ModelSpec, load_model
-from marl.cli import _register_scenario_options
+from marl.cli import register_scenario_options
 from marl.config import AlgoConfig, Config, ConfigError, load_config
 from marl.learner import Learner, LearnerSettings
 from marl.losses import (
@@ -31,7 +31,7 @@ from .test_shared_prompts import _turns
 
 def load(*overrides: str) -> Config:
     """The validated config of ``marl train <overrides>``."""
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         return load_config(compose(config_name="train", overrides=list(overrides)))
 

@@ -28,7 +28,7 @@ ray = pytest.importorskip("ray")
 
 from hydra import compose, initialize_config_module  # noqa: E402
 
-from marl.cli import _register_scenario_options  # noqa: E402
+from marl.cli import register_scenario_options  # noqa: E402
 from marl.errors import RunError  # noqa: E402
 from marl.ray_runtime import can_place  # noqa: E402
 from marl.train import train  # noqa: E402
@@ -104,7 +104,7 @@ CLUSTER_OVERRIDES = [
 
 def cluster_run(address: str, *overrides: str):
     """``marl train ray=cluster ray.address=<address> model=tiny`` for one short step."""
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         return compose(
             config_name="train",

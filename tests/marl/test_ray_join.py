@@ -35,7 +35,7 @@ ray = pytest.importorskip("ray")
 from hydra import compose, initialize_config_module  # noqa: E402
 from ray.exceptions import AuthenticationError  # noqa: E402
 
-from marl.cli import _register_scenario_options  # noqa: E402
+from marl.cli import register_scenario_options  # noqa: E402
 from marl.config import RayConfig, load_config  # noqa: E402
 from marl.policy_map import plan_for  # noqa: E402
 from marl.ray_join import host_port, join_failure, probe  # noqa: E402
@@ -95,7 +95,7 @@ def test_nothing_at_the_address_is_one_line_at_once() -> None:
 
 
 def _plan(sharing: str, scenario: str = "relay"):
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         cfg = compose(
             config_name="train",

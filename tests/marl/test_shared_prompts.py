@@ -17,8 +17,8 @@ from marl.agents.logprobs import (
     sequence_logprobs,
 )
 from marl.agents.models import ModelSpec, load_model
-from marl.agents.turn import TurnRecord
 from marl.learner import Learner, LearnerSettings, prompts_together
+from marl.protocols.turn import TurnRecord
 
 # (prompt, response, advantage): three prompts shared by a group, two of other lengths, one
 # response of a single token (no response forward on the cache) and one long response

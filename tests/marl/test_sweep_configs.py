@@ -15,16 +15,16 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import marl
-from marl.cli import _register_scenario_options
+from marl.cli import register_scenario_options
 from marl.config import load_config
-from marl.testing import play_episode
+from marl.scenarios.conformance import play_episode
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = "+sweep=stag_hunt_cooperation"
 
 
 def composed(*overrides: str, hydra: bool = False):
-    _register_scenario_options()
+    register_scenario_options()
     with initialize_config_module(config_module="marl.configs", version_base=None):
         return compose(config_name="train", overrides=list(overrides), return_hydra_config=hydra)
 

@@ -24,8 +24,8 @@ import marl
 import marl.learner as learner_module
 from marl.agents.backends import SamplingConfig
 from marl.agents.models import ModelSpec, load_model
-from marl.agents.turn import TurnRecord
 from marl.learner import Learner, LearnerSettings
+from marl.protocols.turn import TurnRecord
 from marl.rollout import EpisodeSlot, run_episodes
 
 _spec = importlib.util.spec_from_file_location(

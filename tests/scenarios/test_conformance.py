@@ -1,4 +1,5 @@
-"""Conformance of every registered scenario, through the library checks in ``marl.testing``.
+"""Conformance of every registered scenario, through the library checks in
+``marl.scenarios.conformance``.
 
 The parametrization is ``marl.list_scenarios()``, so a new built-in scenario is tested the moment
 it is registered; ``test_a_scenario_registered_from_a_file_is_tested_too`` proves the same for a
@@ -17,8 +18,7 @@ import yaml
 
 import marl
 from marl.scenarios.base import TextScenarioEnv
-from marl.scenarios.registry import SCENARIOS, register_scenario
-from marl.testing import (
+from marl.scenarios.conformance import (
     check_aec_playthrough,
     check_messages_follow_edges,
     check_pettingzoo_api,
@@ -26,6 +26,7 @@ from marl.testing import (
     check_snapshot_replay,
     play_episode,
 )
+from marl.scenarios.registry import SCENARIOS, register_scenario
 
 SCENARIO_NAMES = marl.list_scenarios()
 

@@ -20,12 +20,12 @@ from marl.cli import main
 from marl.scenarios import validate_scenario
 from marl.scenarios.base import TextScenarioEnv
 from marl.scenarios.bots import bot_names
+from marl.scenarios.conformance import play_episode
 from marl.scenarios.families.common import match_choice, parse_int
 from marl.scenarios.families.templates import render, template_problems
 from marl.scenarios.registry import BUILTIN_DIR, load_document
 from marl.scenarios.rules import RULES
 from marl.scenarios.spec import spec_from_dict
-from marl.testing import play_episode
 
 YAML_ONLY = {
     "prisoners-dilemma-v0": "matrix",
@@ -59,7 +59,7 @@ def test_yaml_only_games_have_no_python_of_their_own(name: str, family: str) -> 
 
 
 def test_the_conformance_suite_and_the_golden_transcripts_cover_them() -> None:
-    conformance = importlib.util.find_spec("marl.testing")
+    conformance = importlib.util.find_spec("marl.scenarios.conformance")
     assert conformance is not None
     names = marl.list_scenarios()  # what tests/scenarios/test_conformance.py parametrizes over
     assert set(YAML_ONLY) <= set(names)

@@ -1,6 +1,6 @@
 """The TextArena adapter: every supported game passes the conformance suite, offline.
 
-``marl.testing.check_scenario`` runs PettingZoo's ``parallel_api_test`` and
+``marl.scenarios.conformance.check_scenario`` runs PettingZoo's ``parallel_api_test`` and
 ``parallel_seed_test``, an AEC play-through, the edge check, the snapshot replay from every
 round and the zero-sum check on each game in ``SUPPORTED``. The rest: TextArena's own turn
 order and invalid-move rule, seeding that leaves the global ``random`` alone, games that cannot
@@ -28,12 +28,12 @@ pytest.importorskip(
 import marl  # noqa: E402
 from marl.scenarios.bots import get_bot  # noqa: E402
 from marl.scenarios.builtin.textarena_adapter import one_line_move, strip_examples  # noqa: E402
+from marl.scenarios.conformance import check_scenario, play_match  # noqa: E402
 from marl.scenarios.problems import ScenarioError  # noqa: E402
 from marl.scenarios.registry import UNAVAILABLE, register_unavailable  # noqa: E402
 from marl.scenarios.textarena_games import SUPPORTED, offline_guard, probe_offline  # noqa: E402
 from marl.scenarios.transcript import render_transcript  # noqa: E402
 from marl.scenarios.zero_sum import outcomes  # noqa: E402
-from marl.testing import check_scenario, play_match  # noqa: E402
 
 # the anchors tests/scenarios/test_prompt_anchors.py looks for in every prompt
 PLACEHOLDER = re.compile(r"<[^<>\n]{1,40}>")

@@ -1,7 +1,7 @@
 """The built-in zero-sum games (kuhn-poker, bargain) and the win/draw/loss contract.
 
-Every registered zero-sum scenario runs ``marl.testing.check_zero_sum`` (every pairing of its
-bots in each seat: returns sum to zero, one winner or a draw). Kuhn Poker's payoffs are checked
+Every registered zero-sum scenario runs ``marl.scenarios.conformance.check_zero_sum`` (every
+pairing of its bots in each seat: returns sum to zero, one winner or a draw). Kuhn Poker's payoffs are checked
 against the hand-computed table for every deal and betting line; its rule bot (an equilibrium
 strategy) must beat the random bot in both seats. The bargaining parser is fuzzed.
 """
@@ -26,10 +26,10 @@ from marl.scenarios.builtin.kuhn_poker import (
     kuhn_rule_bot,
     legal_moves,
 )
+from marl.scenarios.conformance import check_scenario, check_zero_sum, play_match
 from marl.scenarios.registry import make
 from marl.scenarios.zero_sum import is_zero_sum, outcomes, pick_word
 from marl.stats import mean_ci
-from marl.testing import check_scenario, check_zero_sum, play_match
 
 ZERO_SUM = [n for n in marl.list_scenarios() if is_zero_sum(marl.make(n).spec)]
 

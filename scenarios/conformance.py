@@ -3,7 +3,7 @@
 The test suite parametrizes these over every registered scenario, so a new scenario is tested
 the moment it is registered. Scenario authors can call them directly::
 
-    from marl.testing import check_scenario
+    from marl.scenarios.conformance import check_scenario
     check_scenario("my-scenario-v0")
 
 Zero-sum games (``ScenarioInfo.zero_sum``) also run :func:`check_zero_sum`: every pairing of
