@@ -39,6 +39,7 @@ from marl.scenarios.registry import make
 from marl.seeding import rng_states, seed_everything, set_rng_states
 from marl.summary import RunSummary
 from marl.tensorboard import TensorBoardLogger
+from marl.timing import StepTimer
 from marl.workers import step_seeds
 
 __all__ = ["check_config", "policy_states", "run_dir_of", "step_seeds", "train"]
@@ -196,44 +197,39 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             logger.scalars(scored, start)
             summary.add(start, scored)
         for step in range(start, t.steps):
-            began = time.perf_counter()
-            matchup = None
-            if league is not None:
-                assert plan is not None
-                matchup = _league_matchup(
-                    league, runtime, plan.trainable[0], step, t.seeds_per_step
-                )
-            rollout = runtime.rollout(step, matchup)
-            rollout_time = time.perf_counter() - began
+            timer = StepTimer()  # perf/<phase>_time for each phase below, and perf/step_time
+            with timer.phase("rollout"):
+                matchup = None
+                if league is not None:
+                    assert plan is not None
+                    matchup = _league_matchup(
+                        league, runtime, plan.trainable[0], step, t.seeds_per_step
+                    )
+                rollout = runtime.rollout(step, matchup)
             bonuses = episode_bonuses(rollout, step)
-            credit_began = time.perf_counter()
-            computed = runtime.credit(step, rollout) if counterfactual else None
-            credit_result, credit_metrics = credit_phase(
-                config.credit,
-                rollout,
-                None,
-                config.algo.advantage,
-                bonuses,
-                computed=computed,
-                baselines=baselines,
-                game=config.scenario.name,
-                trainable=plan.trainable if league is not None and plan is not None else None,
-            )
-            credit_time = time.perf_counter() - credit_began
+            with timer.phase("credit"):
+                computed = runtime.credit(step, rollout) if counterfactual else None
+                credit_result, credit_metrics = credit_phase(
+                    config.credit,
+                    rollout,
+                    None,
+                    config.algo.advantage,
+                    bonuses,
+                    computed=computed,
+                    baselines=baselines,
+                    game=config.scenario.name,
+                    trainable=plan.trainable if league is not None and plan is not None else None,
+                )
             # influence re-simulates the rollout's episodes with the policies that played them:
             # before the update
-            emergence_began = time.perf_counter()
-            emergence_metrics = emergence.step([e.emergence for e in rollout.episodes], step)
-            emergence_time = time.perf_counter() - emergence_began
-            update_began = time.perf_counter()
-            updates = runtime.update(rollout.turns)
-            update_time = time.perf_counter() - update_began
-            sync_began = time.perf_counter()
-            runtime.sync()
-            sync_time = time.perf_counter() - sync_began
+            with timer.phase("emergence"):
+                emergence_metrics = emergence.step([e.emergence for e in rollout.episodes], step)
+            with timer.phase("update"):
+                updates = runtime.update(rollout.turns)
+            with timer.phase("sync"):
+                runtime.sync()
             metrics = rollout_metrics(rollout)
             metrics.update(emergence_metrics)
-            metrics["perf/emergence_time"] = emergence_time
             metrics.update(credit_metrics)
             metrics.update(outcome_metrics(rollout, step, bonuses))
             metrics.update(_policy_metrics(updates))
@@ -241,20 +237,12 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 metrics.update(league.record(matchup, rollout.episodes))
             if exploitability is not None:
                 metrics.update(exploitability.step(step + 1))
-            step_time = time.perf_counter() - began
-            metrics.update(
-                {
-                    "perf/step_time": step_time,
-                    "perf/rollout_time": rollout_time,
-                    "perf/credit_time": credit_time,
-                    "perf/update_time": update_time,
-                    "perf/sync_time": sync_time,
-                    "perf/generated_tokens_per_s": rollout.generated_tokens
-                    / max(rollout_time, 1e-9),
-                    "perf/generate_calls": float(rollout.generate_calls),
-                    **memory_metrics(),
-                }
+            metrics.update(timer.metrics())
+            metrics["perf/generated_tokens_per_s"] = rollout.generated_tokens / max(
+                timer.seconds["rollout"], 1e-9
             )
+            metrics["perf/generate_calls"] = float(rollout.generate_calls)
+            metrics.update(memory_metrics())
             logger.scalars(metrics, step + 1)
             summary.add(step + 1, metrics)
             _log_samples(logger, config, rollout, credit_result, step)
@@ -274,7 +262,8 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 save_checkpoint(run_dir, step + 1, state)
             progress.update(1)
             progress.set_postfix(
-                reward=f"{metrics.get('team/reward', 0.0):+.3f}", step_s=f"{step_time:.1f}"
+                reward=f"{metrics.get('team/reward', 0.0):+.3f}",
+                step_s=f"{metrics['perf/step_time']:.1f}",
             )
         status = "success"
     finally:

@@ -133,6 +133,12 @@ def test_cli_train_writes_tensorboard_events(tmp_path: Path) -> None:
     for metric in ("loss", "kl", "clip_frac", "entropy_proxy"):
         assert f"policies/shared/{metric}" in scalars
     assert len(events.Scalars("agents/speaker/reward")) == 2
+    # every phase of the loop is timed at every step, within the step's own time
+    phases = ("rollout", "credit", "emergence", "update", "sync")
+    for step in range(2):
+        times = [events.Scalars(f"perf/{phase}_time")[step].value for phase in phases]
+        assert min(times) >= 0.0 and times[0] > 0.0
+        assert events.Scalars("perf/step_time")[step].value >= 0.999 * sum(times)
     assert any(tag.startswith("transcripts/") for tag in events.Tags()["tensors"])
     # the HParams session: the command line's overrides and the final metrics (docs/sweeps.md)
     from marl.hparams import read_session
