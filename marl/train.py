@@ -228,7 +228,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 updates = runtime.update(rollout.turns)
             with timer.phase("sync"):
                 runtime.sync()
-            metrics = rollout_metrics(rollout)
+            metrics = rollout_metrics(rollout.turns, rollout.episodes)
             metrics.update(emergence_metrics)
             metrics.update(credit_metrics)
             metrics.update(outcome_metrics(rollout, step, bonuses))

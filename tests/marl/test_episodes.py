@@ -100,13 +100,13 @@ def test_records_say_what_the_environments_say(played) -> None:
 def test_later_phases_are_functions_of_the_data(played) -> None:
     worker, rollout, copy = played
     envs = [worker.envs[r.episode_id] for r in copy.episodes]
-    metrics = rollout_metrics(copy)
+    metrics = rollout_metrics(copy.turns, copy.episodes)
     edges: Counter = Counter()
     for env in envs:
         edges.update(env.router.edge_counts)
     for (u, v), count in edges.items():
         assert metrics[f"comm/edges/{u}->{v}"] == count / len(envs)
-    assert metrics == rollout_metrics(rollout)
+    assert metrics == rollout_metrics(rollout.turns, rollout.episodes)
     assert outcome_metrics(copy, 0, None) == outcome_metrics(rollout, 0, None)
     assert evaluation_metrics(copy)["eval/episodes"] == 6.0
     # emergence: from the records exactly what it measures from the environments themselves
@@ -202,7 +202,7 @@ def test_comm_metrics_are_logged_when_nothing_is_delivered() -> None:
         }
     )
     rollout = RolloutWorker(config, None).rollout(0, [0])
-    metrics = rollout_metrics(rollout)
+    metrics = rollout_metrics(rollout.turns, rollout.episodes)
     assert metrics["comm/edges/speaker->listener"] == 0.0
     assert metrics["comm/delivered"] == 0.0 and metrics["comm/sent"] > 0
     assert metrics["comm/cut_dropped"] == metrics["comm/sent"]
