@@ -62,7 +62,7 @@ def load_pairs(
     must hold a policy for each of its scenario's first two agents; LoRA adapters share one
     base backend per base model.
 
-    A checkpoint's config is data (:func:`marl.crossplay.checkpoint_config`): a
+    A checkpoint's config is data (:func:`marl.players.checkpoint_config`): a
     ``rules_module`` it names is not imported unless the command line names it
     (``rules_module``), and the model it names is checked before it is built
     (:func:`marl.checkpoint.saved_model_spec`)."""
@@ -70,7 +70,7 @@ def load_pairs(
     from marl.agents.models import ModelSpec, load_model
     from marl.checkpoint import load_checkpoint, saved_model_spec
     from marl.config import load_config
-    from marl.crossplay import check_weight_shapes, checkpoint_config
+    from marl.players import check_weight_shapes, checkpoint_config
     from marl.policies import AdapterBackend, peft_lora_config
     from marl.policy_map import plan_for
     from marl.scenarios.registry import make
@@ -90,9 +90,9 @@ def load_pairs(
         name, _, body = spec.rpartition("=")
         name = name or Path(body).parent.name or body
         if body.startswith("model:"):
-            from marl.crossplay import _model_preset
+            from marl.players import model_preset
 
-            backend = base_backend(_model_preset(body[len("model:") :]))
+            backend = base_backend(model_preset(body[len("model:") :]))
             view = AdapterBackend(backend, None)
             pairs.append(Pair(name, view, view, {}))
             continue

@@ -224,10 +224,10 @@ class RolloutWorker:
 
     def exploitability(self, policy_id: str) -> dict[str, Any]:
         """Policy ``policy_id`` scored exactly as a table of the scenario's game tree with the
-        weights this worker holds (:func:`marl.exploitability_log.score_model`; plain data):
+        weights this worker holds (:func:`marl.exploitability.score_model`; plain data):
         how ``marl train`` scores the learner under Ray. Needs a backend with a torch model."""
         from marl.agents.backends import backend_target
-        from marl.exploitability_log import score_model
+        from marl.exploitability import score_model
 
         if self.policies is None:
             raise ConfigError("agents: scripted agents have no policy to score")

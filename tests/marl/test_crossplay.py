@@ -13,16 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from marl.crossplay import (
-    Player,
-    build_backends,
-    competitive_cells,
-    crossplay,
-    games_of,
-    parse_players,
-    write_results,
-)
+from marl.crossplay import competitive_cells, crossplay, games_of, write_results
 from marl.errors import RunError
+from marl.players import Player, build_backends, parse_players
 
 
 def test_players_are_parsed_and_bad_ones_named(tmp_path: Path) -> None:
