@@ -1,9 +1,10 @@
 """The built-in zero-sum games (kuhn-poker, bargain) and the win/draw/loss contract.
 
 Every registered zero-sum scenario runs ``marl.scenarios.conformance.check_zero_sum`` (every
-pairing of its bots in each seat: returns sum to zero, one winner or a draw). Kuhn Poker's payoffs are checked
-against the hand-computed table for every deal and betting line; its rule bot (an equilibrium
-strategy) must beat the random bot in both seats. The bargaining parser is fuzzed.
+pairing of its bots in each seat: returns sum to zero, one winner or a draw). Kuhn Poker's
+payoffs are checked against the hand-computed table for every deal and betting line; its rule
+bot (an equilibrium strategy) must beat the random bot in both seats. The bargaining parser is
+fuzzed.
 """
 
 from __future__ import annotations
