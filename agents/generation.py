@@ -170,7 +170,10 @@ def generate_by_policy(
             else:
                 adapters = [r.adapter for r in pending]
                 generations = backend.generate(
-                    prompts, settings, adapters=adapters, seed=attempt_seed  # type: ignore[call-arg]
+                    prompts,
+                    settings,
+                    adapters=adapters,
+                    seed=attempt_seed,  # type: ignore[call-arg]
                 )
             calls += 1
             for row, options in zip(pending, generations):

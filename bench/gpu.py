@@ -114,7 +114,10 @@ WORDS = (
     "partner message action round score keep trade offer accept refuse wait share"
 ).split()
 SMOL_TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "generation_config.json",
     "special_tokens_map.json",
 )
 
@@ -201,15 +204,23 @@ def git_state() -> dict[str, Any]:
 
     def git(*cmd: str) -> str | None:
         try:
-            done = subprocess.run(["git", *cmd], cwd=Path(__file__).resolve().parent,
-                                  capture_output=True, text=True, timeout=10, check=True)
+            done = subprocess.run(
+                ["git", *cmd],
+                cwd=Path(__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip()
 
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD"),
-            "modified": status.splitlines() if status else ([] if status == "" else None)}
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "modified": status.splitlines() if status else ([] if status == "" else None),
+    }
 
 
 def device_label(info: dict[str, Any]) -> str:
@@ -333,8 +344,13 @@ def layout(rows: int, distinct: int) -> tuple[int, int]:
 
 
 def hf_static_generate(
-    model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], n: int, new_tokens: int,
-    compile_decoding: bool, width: int = 0,
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Sequence[int]],
+    n: int,
+    new_tokens: int,
+    compile_decoding: bool,
+    width: int = 0,
 ) -> int:
     """transformers' own ``generate`` with a static cache: every prompt repeated ``n`` times,
     left-padded to ``width`` tokens at least (one cache shape for every size: fewer
@@ -350,8 +366,14 @@ def hf_static_generate(
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])  # (R, P)
     eos = tokenizer.eos_token_id
     config = GenerationConfig(
-        do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
-        cache_implementation="static", pad_token_id=pad, eos_token_id=eos,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=new_tokens,
+        cache_implementation="static",
+        pad_token_id=pad,
+        eos_token_id=eos,
         disable_compile=not compile_decoding,
     )
     device = next(model.parameters()).device
@@ -369,8 +391,15 @@ def _generated(tokens: Sequence[int], eos: int) -> int:
 
 
 def generation(
-    spec: Any, prompts: list[list[int]], sizes: Sequence[int], new_tokens: int, rounds: int,
-    device: str, compile_decoding: bool = True, static: bool = True, decode: str | None = None,
+    spec: Any,
+    prompts: list[list[int]],
+    sizes: Sequence[int],
+    new_tokens: int,
+    rounds: int,
+    device: str,
+    compile_decoding: bool = True,
+    static: bool = True,
+    decode: str | None = None,
 ) -> tuple[dict[str, Any], list[list[Any]]]:
     """Our backend against transformers' static-cache ``generate`` at each of ``sizes`` rows,
     alternating, ``rounds`` timed rounds after one untimed call each (``static=False``: ours
@@ -385,8 +414,9 @@ def generation(
     if static:  # the same weights, untouched by our backend (it sets its attention function)
         theirs = load_model(spec)[0].to(device)
     width = max(len(p) for p in prompts)  # one padded width: one static cache shape
-    contenders = Contenders(ours, theirs, tokenizer, new_tokens, device,
-                            compile_decoding and device == "cuda", width)
+    contenders = Contenders(
+        ours, theirs, tokenizer, new_tokens, device, compile_decoding and device == "cuda", width
+    )
     results: dict[str, Any] = {}
     for rows in sizes:
         count, n = layout(rows, len(prompts))
@@ -395,16 +425,27 @@ def generation(
         results[str(rows)]["ours_graph_error"] = getattr(ours, "graph_error", None)
         m = results[str(rows)]["median"]
         if static:
-            print(f"  {rows} rows: ours {m['ours']:,.0f} tok/s, transformers static "
-                  f"{m['static']:,.0f} tok/s", flush=True)
+            print(
+                f"  {rows} rows: ours {m['ours']:,.0f} tok/s, transformers static "
+                f"{m['static']:,.0f} tok/s",
+                flush=True,
+            )
     return results, contenders.last
 
 
 class Contenders:
     """Our backend and transformers' static-cache ``generate``, timed on the same prompts."""
 
-    def __init__(self, ours: Any, theirs: Any, tokenizer: Any, new_tokens: int, device: str,
-                 compiled: bool, width: int) -> None:
+    def __init__(
+        self,
+        ours: Any,
+        theirs: Any,
+        tokenizer: Any,
+        new_tokens: int,
+        device: str,
+        compiled: bool,
+        width: int,
+    ) -> None:
         self.ours, self.theirs, self.tokenizer = ours, theirs, tokenizer
         self.new_tokens, self.device, self.compiled = new_tokens, device, compiled
         self.width = width
@@ -421,8 +462,9 @@ class Contenders:
         return sum(len(g.response_ids) for group in self.last for g in group)
 
     def run_theirs(self, prompts: list[list[int]], n: int) -> int:
-        return hf_static_generate(self.theirs, self.tokenizer, prompts, n, self.new_tokens,
-                                  self.compiled, self.width)
+        return hf_static_generate(
+            self.theirs, self.tokenizer, prompts, n, self.new_tokens, self.compiled, self.width
+        )
 
     def measure(self, prompts: list[list[int]], n: int, rounds: int) -> dict[str, Any]:
         """One untimed call each, then ``rounds`` rounds (ours, theirs, ours, ...)."""
@@ -435,8 +477,10 @@ class Contenders:
                 if not self.compiled:
                     raise
                 self.error = f"{type(exc).__name__}: {str(exc)[:300]}"
-                print(f"  transformers' compiled decoding failed ({self.error}); eager instead",
-                      flush=True)
+                print(
+                    f"  transformers' compiled decoding failed ({self.error}); eager instead",
+                    flush=True,
+                )
                 self.compiled = False
                 warm["static"] = timed(self.device, lambda: self.run_theirs(prompts, n))[0]
         runs = {"ours": self.run_ours}
@@ -516,7 +560,8 @@ class PositionCounter:
         names = {id(p): n for n, p in model.named_parameters()}
         self.head_params = head.weight.numel()
         self.body_params = sum(
-            p.numel() for p in model.parameters()
+            p.numel()
+            for p in model.parameters()
             if "lora_" not in names.get(id(p), "") and p is not embedding and p is not head.weight
         )  # the body's matmuls (norms included, a rounding error); lookups are not matmuls
         self.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -559,9 +604,15 @@ def turn_records(groups: Sequence[Sequence[Any]], policy_id: str, agent: str) ->
         for j, sample in enumerate(group):
             turns.append(
                 TurnRecord(
-                    agent=agent, policy_id=policy_id, group_id=g, episode_id=len(turns), round=1,
-                    prompt_ids=list(sample.prompt_ids), response_ids=list(sample.response_ids),
-                    logprobs=list(sample.logprobs), mask=[1] * len(sample.response_ids),
+                    agent=agent,
+                    policy_id=policy_id,
+                    group_id=g,
+                    episode_id=len(turns),
+                    round=1,
+                    prompt_ids=list(sample.prompt_ids),
+                    response_ids=list(sample.response_ids),
+                    logprobs=list(sample.logprobs),
+                    mask=[1] * len(sample.response_ids),
                     advantage=1.0 if j % 2 == 0 else -1.0,
                 )
             )
@@ -569,7 +620,10 @@ def turn_records(groups: Sequence[Sequence[Any]], policy_id: str, agent: str) ->
 
 
 def update(
-    cfg: dict[str, Any], groups: Sequence[Sequence[Any]], rounds: int, device: str,
+    cfg: dict[str, Any],
+    groups: Sequence[Sequence[Any]],
+    rounds: int,
+    device: str,
 ) -> dict[str, Any]:
     """Time :meth:`PolicyLearner.update` of the config's first trainable policy on ``groups``
     (our generations) as turn records, ``rounds`` times (on CUDA after one untimed update on a
@@ -608,8 +662,11 @@ def update(
         "positions_with_grad": per_round["body"][0],
         "positions_without_grad": per_round["body"][1],
         "output_layer_positions": per_round["head"],
-        "parameters": {"body": counter.body_params, "output_layer": counter.head_params,
-                       "trainable": counter.trainable},
+        "parameters": {
+            "body": counter.body_params,
+            "output_layer": counter.head_params,
+            "trainable": counter.trainable,
+        },
         "flops": flops,
         "seconds": seconds,
         "warmup_s": warm_s,
@@ -682,12 +739,18 @@ def train_step(cfg: dict[str, Any], device: str, scratch: Path, label: str) -> d
     curves = read_scalars(run_dir / "tensorboard")
     steps = []
     for i in range(len(curves.get("perf/step_time", []))):
-        step = {phase: curves[f"perf/{phase}_time"][i] for phase in PHASES
-                if f"perf/{phase}_time" in curves}
+        step = {
+            phase: curves[f"perf/{phase}_time"][i]
+            for phase in PHASES
+            if f"perf/{phase}_time" in curves
+        }
         step["generated_tokens_per_s"] = curves["perf/generated_tokens_per_s"][i]
         for tag, values in curves.items():
             if tag.startswith("policies/") and tag.rsplit("/", 1)[1] in (
-                "trained_turns", "turns", "optimizer_steps", "n_tokens",
+                "trained_turns",
+                "turns",
+                "optimizer_steps",
+                "n_tokens",
             ):
                 step[tag] = values[i]
         steps.append(step)
@@ -701,45 +764,99 @@ def train_step(cfg: dict[str, Any], device: str, scratch: Path, label: str) -> d
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    p.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2",
-                   help="tiny: the tests' tiny model (a smoke test)")
+    p.add_argument(
+        "--model",
+        choices=("smollm2", "tiny"),
+        default="smollm2",
+        help="tiny: the tests' tiny model (a smoke test)",
+    )
     p.add_argument("--model-path", help="a Hugging Face model directory (GPU machine: /tmp/smol)")
-    p.add_argument("--random-weights", action="store_true",
-                   help="the embedded model's shape with random weights, even when it is there")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                   help="model dtype (default: bfloat16 on CUDA, float32 on a CPU)")
+    p.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="the embedded model's shape with random weights, even when it is there",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="model dtype (default: bfloat16 on CUDA, float32 on a CPU)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--rows", type=int, nargs="+", default=None,
-                   help="generation rows (default: 16 64 256 on CUDA, 4 8 on a CPU)")
+    p.add_argument(
+        "--rows",
+        type=int,
+        nargs="+",
+        default=None,
+        help="generation rows (default: 16 64 256 on CUDA, 4 8 on a CPU)",
+    )
     p.add_argument("--prompts", type=int, default=32, help="distinct prompts")
     p.add_argument("--prompt-tokens", type=int, default=190)
-    p.add_argument("--new-tokens", type=int, default=None,
-                   help="new tokens a row (default: 64 on CUDA, 16 on a CPU)")
+    p.add_argument(
+        "--new-tokens",
+        type=int,
+        default=None,
+        help="new tokens a row (default: 64 on CUDA, 16 on a CPU)",
+    )
     p.add_argument("--rounds", type=int, default=3, help="timed generation rounds (alternating)")
-    p.add_argument("--update-rounds", type=int, default=None,
-                   help="timed updates (default: 3 on CUDA, 1 on a CPU)")
-    p.add_argument("--decode", default=None,
-                   help="our backend's decoding loop (HFBackend decode=: auto, generate, "
-                   "static, graph; default: the backend's own, auto)")
-    p.add_argument("--no-compile", action="store_true",
-                   help="transformers' static-cache generate without its automatic compile")
-    p.add_argument("--matmul-size", type=int, default=None,
-                   help="peak matmul size (default: 4096 on CUDA, 2048 on a CPU)")
-    p.add_argument("--steps", type=int, default=None,
-                   help="training steps a run, the last reported (default: 2 on CUDA, where "
-                   "the first warms up; 1 on a CPU)")
-    p.add_argument("--big", default=None,
-                   help="the big step as SEEDSxGROUP (default: 32x8 on CUDA, 1x8 on a CPU)")
-    p.add_argument("--influence", action="store_true",
-                   help="keep the demo's influence re-simulation in the training steps")
+    p.add_argument(
+        "--update-rounds",
+        type=int,
+        default=None,
+        help="timed updates (default: 3 on CUDA, 1 on a CPU)",
+    )
+    p.add_argument(
+        "--decode",
+        default=None,
+        help="our backend's decoding loop (HFBackend decode=: auto, generate, "
+        "static, graph; default: the backend's own, auto)",
+    )
+    p.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="transformers' static-cache generate without its automatic compile",
+    )
+    p.add_argument(
+        "--matmul-size",
+        type=int,
+        default=None,
+        help="peak matmul size (default: 4096 on CUDA, 2048 on a CPU)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps a run, the last reported (default: 2 on CUDA, where "
+        "the first warms up; 1 on a CPU)",
+    )
+    p.add_argument(
+        "--big",
+        default=None,
+        help="the big step as SEEDSxGROUP (default: 32x8 on CUDA, 1x8 on a CPU)",
+    )
+    p.add_argument(
+        "--influence",
+        action="store_true",
+        help="keep the demo's influence re-simulation in the training steps",
+    )
     p.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts to leave out")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="skip the parts not started by then (default: 240 on CUDA, none on a "
-                   "CPU), so that a slow compile cannot push the run past 5 minutes")
-    p.add_argument("--name", default=None,
-                   help="bench/results/<name>.json (default: gpu on CUDA, gpu_cpu on a CPU)")
-    p.add_argument("--out", default=None,
-                   help="also write the JSON here after every part (a GPU machine's $OUT)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="skip the parts not started by then (default: 240 on CUDA, none on a "
+        "CPU), so that a slow compile cannot push the run past 5 minutes",
+    )
+    p.add_argument(
+        "--name",
+        default=None,
+        help="bench/results/<name>.json (default: gpu on CUDA, gpu_cpu on a CPU)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="also write the JSON here after every part (a GPU machine's $OUT)",
+    )
     p.add_argument("overrides", nargs="*", help="more marl train overrides for both steps")
     return p.parse_args(argv)
 
@@ -772,8 +889,12 @@ class Run:
         self.state = machine()
         self.info = describe(device)
         self.data: dict[str, Any] = {
-            "args": vars(args), "command": command, "device": self.info, "git": git_state(),
-            "skipped": {}, "complete": False,
+            "args": vars(args),
+            "command": command,
+            "device": self.info,
+            "git": git_state(),
+            "skipped": {},
+            "complete": False,
         }
 
     def elapsed(self) -> float:
@@ -838,10 +959,15 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
         spec = ModelSpec(**model, dtype=args.dtype)
         base = [f"model.{k}={v}" for k, v in model.items()] + [
-            f"model.dtype={args.dtype}", "ray=disabled", "logging.progress=false",
-            "train.checkpoint_every=0", f"train.steps={args.steps}", *STEP_OVERRIDES,
+            f"model.dtype={args.dtype}",
+            "ray=disabled",
+            "logging.progress=false",
+            "train.checkpoint_every=0",
+            f"train.steps={args.steps}",
+            *STEP_OVERRIDES,
             *([] if args.influence else NO_INFLUENCE),
-            *([f"runtime.threads={args.threads}"] if args.threads else []), *args.overrides,
+            *([f"runtime.threads={args.threads}"] if args.threads else []),
+            *args.overrides,
         ]
         base += gpu_share(compose(base), device)
         data["train_overrides"] = base
@@ -857,30 +983,42 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if generate or "update" not in args.skip:
             prompts = make_prompts(tokenizer_of(model), args.prompts, args.prompt_tokens)
             data["generation"], groups = generation(
-                spec, prompts, args.rows if generate else args.rows[-1:], args.new_tokens,
-                args.rounds if generate else 0, device, compile_decoding=not args.no_compile,
-                static=generate, decode=args.decode,
+                spec,
+                prompts,
+                args.rows if generate else args.rows[-1:],
+                args.new_tokens,
+                args.rounds if generate else 0,
+                device,
+                compile_decoding=not args.no_compile,
+                static=generate,
+                decode=args.decode,
             )
             if not generate:
                 data.pop("generation")
             _free(device)
             bench.save()
         if groups and bench.starts("update"):
-            cfg = compose([*base, "sampling.temperature=1.0",
-                           f"sampling.max_new_tokens={args.new_tokens}"])
+            cfg = compose(
+                [*base, "sampling.temperature=1.0", f"sampling.max_new_tokens={args.new_tokens}"]
+            )
             data["update"] = update(cfg, groups, args.update_rounds, device)
             # the peak again, beside the update: the best of both (a busy CPU lowers one)
             again = {d: matmul_peak(device, d, args.matmul_size) for d in dtypes}
             data["matmul_peak_runs"] = {d: [peaks[d], again[d]] for d in dtypes}
             peaks.update({d: max(peaks[d], again[d]) for d in dtypes})
             u = data["update"]
-            print(f"  {u['turns']} turns: {u['tokens_per_s']:,.0f} tokens/s, "
-                  f"{u['flops_per_s'] / peaks['bfloat16']:.3f} of the bf16 peak", flush=True)
+            print(
+                f"  {u['turns']} turns: {u['tokens_per_s']:,.0f} tokens/s, "
+                f"{u['flops_per_s'] / peaks['bfloat16']:.3f} of the bf16 peak",
+                flush=True,
+            )
             _free(device)
             bench.save()
         seeds, group = (int(x) for x in args.big.lower().split("x"))
-        for part, extra in (("demo", []), ("big", [f"train.seeds_per_step={seeds}",
-                                                   f"train.group_size={group}"])):
+        for part, extra in (
+            ("demo", []),
+            ("big", [f"train.seeds_per_step={seeds}", f"train.group_size={group}"]),
+        ):
             if not bench.starts(part):
                 continue
             cfg = with_reward(compose([*base, *extra]))
@@ -888,10 +1026,12 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             result["episodes"] = cfg["train"]["seeds_per_step"] * cfg["train"]["group_size"]
             data[f"{part}_step"] = result
             last = result["last"]
-            print(f"  {result['episodes']} episodes: step {last['step']:.2f} s ("
-                  + ", ".join(f"{p} {last[p]:.2f}" for p in PHASES[1:] if p in last)
-                  + f"), rollout {last['generated_tokens_per_s']:,.0f} generated tokens/s",
-                  flush=True)
+            print(
+                f"  {result['episodes']} episodes: step {last['step']:.2f} s ("
+                + ", ".join(f"{p} {last[p]:.2f}" for p in PHASES[1:] if p in last)
+                + f"), rollout {last['generated_tokens_per_s']:,.0f} generated tokens/s",
+                flush=True,
+            )
             _free(device)
             bench.save()
     bench.finish()
@@ -920,51 +1060,88 @@ def summary(data: dict[str, Any], info: dict[str, Any], state: dict[str, Any]) -
         shape = f"{g['prompts']} prompts x {g['samples']}, {g['new_tokens']} new tokens"
         static = "compiled" if g["static_compiled"] else "eager"
         rows += [
-            row(f"generate {size} rows: ours", m["ours"], "tok/s",
+            row(
+                f"generate {size} rows: ours",
+                m["ours"],
+                "tok/s",
                 f"{shape}; decode={g.get('ours_decode')}"
-                + ("; graph capture failed: eager" if g.get("ours_graph_error") else "")),
-            row(f"generate {size} rows: transformers static", m["static"], "tok/s",
-                f"{static}; warm-up {g['warmup_s']['static']:.1f} s"),
-            row(f"generate {size} rows: ours / static", m["ours"] / m["static"], "x",
-                f"{memory} {g[memory]:.2f}"),
+                + ("; graph capture failed: eager" if g.get("ours_graph_error") else ""),
+            ),
+            row(
+                f"generate {size} rows: transformers static",
+                m["static"],
+                "tok/s",
+                f"{static}; warm-up {g['warmup_s']['static']:.1f} s",
+            ),
+            row(
+                f"generate {size} rows: ours / static",
+                m["ours"] / m["static"],
+                "x",
+                f"{memory} {g[memory]:.2f}",
+            ),
         ]
     peaks = data["matmul_peak_flops"]
     for dtype, flops in peaks.items():
-        rows.append(row(f"matmul peak {dtype}", flops / 1e12, "TFLOP/s",
-                        f"{data['args']['matmul_size']}^3"))
+        rows.append(
+            row(f"matmul peak {dtype}", flops / 1e12, "TFLOP/s", f"{data['args']['matmul_size']}^3")
+        )
     u = data.get("update")
     if u:
-        note = (f"{u['turns']} turns, {u['tokens']:,} tokens; {u['median_s']:.2f} s; "
-                f"{memory} {u[memory]:.2f}")
+        note = (
+            f"{u['turns']} turns, {u['tokens']:,} tokens; {u['median_s']:.2f} s; "
+            f"{memory} {u[memory]:.2f}"
+        )
         rows += [
             row("update tokens/s", u["tokens_per_s"], "tok/s", note),
-            row("update positions/s (computed)", u["positions_per_s"], "pos/s",
-                f"{u['positions_with_grad']:,.0f} with grad"),
-            row("update share of bf16 matmul peak", u["flops_per_s"] / peaks["bfloat16"], "",
-                f"{u['flops_per_s'] / 1e12:.3g} TFLOP/s of nominal matmul FLOPs"),
+            row(
+                "update positions/s (computed)",
+                u["positions_per_s"],
+                "pos/s",
+                f"{u['positions_with_grad']:,.0f} with grad",
+            ),
+            row(
+                "update share of bf16 matmul peak",
+                u["flops_per_s"] / peaks["bfloat16"],
+                "",
+                f"{u['flops_per_s'] / 1e12:.3g} TFLOP/s of nominal matmul FLOPs",
+            ),
         ]
         dtype = data["args"]["dtype"]
         if dtype != "bfloat16":
-            rows.append(row(f"update share of {dtype} matmul peak",
-                            u["flops_per_s"] / peaks[dtype], ""))
+            rows.append(
+                row(f"update share of {dtype} matmul peak", u["flops_per_s"] / peaks[dtype], "")
+            )
     for part, title in (("demo_step", "demo step"), ("big_step", "big step")):
         s = data.get(part)
         if not s:
             continue
         last = s["last"]
         trained = sum(v for k, v in last.items() if k.endswith("/trained_turns"))
-        rows.append(row(f"{title} ({s['episodes']} episodes)", last["step"], "s",
-                        f"step {len(s['steps'])} of {len(s['steps'])}; {trained:.0f} turns "
-                        f"trained; {memory} {s[memory]:.2f}"))
-        rows += [row(f"{title}: {phase}", last[phase], "s") for phase in PHASES[1:]
-                 if phase in last]
-        rows.append(row(f"{title}: rollout generated tokens/s", last["generated_tokens_per_s"],
-                        "tok/s"))
+        rows.append(
+            row(
+                f"{title} ({s['episodes']} episodes)",
+                last["step"],
+                "s",
+                f"step {len(s['steps'])} of {len(s['steps'])}; {trained:.0f} turns "
+                f"trained; {memory} {s[memory]:.2f}",
+            )
+        )
+        rows += [
+            row(f"{title}: {phase}", last[phase], "s") for phase in PHASES[1:] if phase in last
+        ]
+        rows.append(
+            row(f"{title}: rollout generated tokens/s", last["generated_tokens_per_s"], "tok/s")
+        )
     for part, why in data["skipped"].items():
         rows.append(row(f"{part}: skipped", "-", "", why))
-    rows.append(row("load average", state["load_average"][0], "",
-                    f"-> {state['load_average_after'][0]:.2f} at the end; "
-                    f"wall {data['wall_s']:.0f} s"))
+    rows.append(
+        row(
+            "load average",
+            state["load_average"][0],
+            "",
+            f"-> {state['load_average_after'][0]:.2f} at the end; wall {data['wall_s']:.0f} s",
+        )
+    )
     return rows
 
 

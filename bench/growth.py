@@ -162,8 +162,15 @@ def llm_policies(
 
 
 def llm_seconds_per_turn(
-    mode: str, agents: int, envs: int, episodes: int, key: str, seed: int = 0,
-    model: str = "tiny", dtype: str = "float32", scenario: str = SCENARIO,
+    mode: str,
+    agents: int,
+    envs: int,
+    episodes: int,
+    key: str,
+    seed: int = 0,
+    model: str = "tiny",
+    dtype: str = "float32",
+    scenario: str = SCENARIO,
     max_new_tokens: int = 16,
 ) -> float:
     """Wall seconds per agent turn of ``episodes`` batches of ``envs`` environments, ``model``
@@ -265,28 +272,44 @@ def llm_main(args: argparse.Namespace) -> None:
     def point(mode: str, agents: int, envs: int, key: str) -> Any:
         episodes = max(1, round(args.turns / (agents * envs * rounds_per_episode)))
         return lambda: llm_seconds_per_turn(
-            mode, agents, envs, episodes, key, model=args.model, dtype=args.dtype,
-            scenario=args.scenario, max_new_tokens=args.max_new_tokens,
+            mode,
+            agents,
+            envs,
+            episodes,
+            key,
+            model=args.model,
+            dtype=args.dtype,
+            scenario=args.scenario,
+            max_new_tokens=args.max_new_tokens,
         )
 
     modes = tuple(args.modes)
     points = {}
     if "agents" in args.sweeps:
-        points.update({f"{m}/{n}": point(m, n, args.envs, f"{m}/{n}") for m in modes
-                       for n in args.agents})
+        points.update(
+            {f"{m}/{n}": point(m, n, args.envs, f"{m}/{n}") for m in modes for n in args.agents}
+        )
     if "envs" in args.sweeps:  # the first mode, 4 agents
-        points.update({f"{modes[0]}/4/envs{e}": point(modes[0], 4, e, f"{modes[0]}/4/envs{e}")
-                       for e in args.env_counts})
+        points.update(
+            {
+                f"{modes[0]}/4/envs{e}": point(modes[0], 4, e, f"{modes[0]}/4/envs{e}")
+                for e in args.env_counts
+            }
+        )
     measured = alternate(points, args.rounds)
     state["load_average_after"] = machine()["load_average"]
 
     def figure(key: str, label: str) -> dict[str, Any]:
         r = measured[key]
         phases = {k: statistics.median(v) * 1e3 for k, v in PHASES[key].items()}
-        return row(label, r["median"] * 1e3, "ms",
-                   f"min {r['min'] * 1e3:.2f}; {PROMPT_TOKENS[key]:.0f} prompt tokens a turn, "
-                   f"{DISTINCT[key]:.0%} distinct, {PREFILL_TOKENS[key]:.0f} prefilled; "
-                   f"prefill {phases['prefill']:.1f} ms, decoding {phases['decode']:.1f} ms a turn")
+        return row(
+            label,
+            r["median"] * 1e3,
+            "ms",
+            f"min {r['min'] * 1e3:.2f}; {PROMPT_TOKENS[key]:.0f} prompt tokens a turn, "
+            f"{DISTINCT[key]:.0%} distinct, {PREFILL_TOKENS[key]:.0f} prefilled; "
+            f"prefill {phases['prefill']:.1f} ms, decoding {phases['decode']:.1f} ms a turn",
+        )
 
     summary = []
     if "agents" in args.sweeps:
@@ -294,28 +317,49 @@ def llm_main(args: argparse.Namespace) -> None:
         for mode in modes:
             summary += [figure(f"{mode}/{n}", f"{mode}: {n} agents, per turn") for n in args.agents]
             ratio = measured[f"{mode}/{hi}"]["median"] / measured[f"{mode}/{lo}"]["median"]
-            bound = statistics.median(PHASES[f"{mode}/{hi}"]["prefill"]) / measured[
-                f"{mode}/{lo}"]["median"]
-            summary.append(row(
-                f"{mode}: {hi} vs {lo} agents", ratio, "x",
-                f"goal <= 0.4: {'met' if ratio <= 0.4 else 'NOT met'}; with free decoding at "
-                f"{hi} agents it would still be {bound:.2f}x (its prefill)"))
+            bound = (
+                statistics.median(PHASES[f"{mode}/{hi}"]["prefill"])
+                / measured[f"{mode}/{lo}"]["median"]
+            )
+            summary.append(
+                row(
+                    f"{mode}: {hi} vs {lo} agents",
+                    ratio,
+                    "x",
+                    f"goal <= 0.4: {'met' if ratio <= 0.4 else 'NOT met'}; with free decoding at "
+                    f"{hi} agents it would still be {bound:.2f}x (its prefill)",
+                )
+            )
         if {"lora", "lora-separate"} <= set(modes):
             for n in args.agents:
                 ratio = measured[f"lora-separate/{n}"]["median"] / measured[f"lora/{n}"]["median"]
-                summary.append(row(f"lora, {n} agents: one call per adapter vs one call", ratio,
-                                   "x"))
+                summary.append(
+                    row(f"lora, {n} agents: one call per adapter vs one call", ratio, "x")
+                )
     if "envs" in args.sweeps:
-        summary += [figure(f"{modes[0]}/4/envs{e}", f"{modes[0]}: 4 agents x {e} envs, per turn")
-                    for e in args.env_counts]
+        summary += [
+            figure(f"{modes[0]}/4/envs{e}", f"{modes[0]}: 4 agents x {e} envs, per turn")
+            for e in args.env_counts
+        ]
     shares = [v for values in ENV_SHARE.values() for v in values]
-    summary.append(row("environment + protocol share of the wall time", max(shares) * 100, "%",
-                       f"largest over all points; median {statistics.median(shares) * 100:.2f}%"
-                       " (goal < 1%)"))
-    summary.append(row("load average at start", state["load_average"][0], "",
-                       f"after {state['load_average_after'][0]:.2f}; {args.envs} envs; "
-                       f"{args.model} {args.dtype}, {args.threads} thread(s), "
-                       f"replies of up to {args.max_new_tokens} tokens"))
+    summary.append(
+        row(
+            "environment + protocol share of the wall time",
+            max(shares) * 100,
+            "%",
+            f"largest over all points; median {statistics.median(shares) * 100:.2f}% (goal < 1%)",
+        )
+    )
+    summary.append(
+        row(
+            "load average at start",
+            state["load_average"][0],
+            "",
+            f"after {state['load_average_after'][0]:.2f}; {args.envs} envs; "
+            f"{args.model} {args.dtype}, {args.threads} thread(s), "
+            f"replies of up to {args.max_new_tokens} tokens",
+        )
+    )
     base = "growth_llm" if args.model == "tiny" else f"growth_{args.model}"
     name = base
     if args.scenario != SCENARIO:
@@ -326,11 +370,20 @@ def llm_main(args: argparse.Namespace) -> None:
         name += f"_{args.max_new_tokens}tokens"
     if "shared" not in modes:  # the files without a suffix hold the shared policy's curve
         name += "".join(f"_{mode.replace('-', '_')}" for mode in modes)
-    write(name, {"args": vars(args), "results": measured, "env_share": ENV_SHARE,
-                 "prompt_tokens_per_turn": PROMPT_TOKENS, "distinct_prompt_share": DISTINCT,
-                 "prefilled_tokens_per_turn": PREFILL_TOKENS,
-                 "seconds_per_turn_by_phase": PHASES,
-                 "machine": state}, summary)
+    write(
+        name,
+        {
+            "args": vars(args),
+            "results": measured,
+            "env_share": ENV_SHARE,
+            "prompt_tokens_per_turn": PROMPT_TOKENS,
+            "distinct_prompt_share": DISTINCT,
+            "prefilled_tokens_per_turn": PREFILL_TOKENS,
+            "seconds_per_turn_by_phase": PHASES,
+            "machine": state,
+        },
+        summary,
+    )
     if args.max_new_tokens == 16:
         plot_llm(base, args.model)
 
@@ -366,8 +419,10 @@ def plot_llm(base: str, model: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    panels = ((axes[0], PLOTTED, "agents in one scenario"),
-              (axes[1], (("_envs", f"{SCENARIO}, 4 agents"),), "parallel environments"))
+    panels = (
+        (axes[0], PLOTTED, "agents in one scenario"),
+        (axes[1], (("_envs", f"{SCENARIO}, 4 agents"),), "parallel environments"),
+    )
     colors = iter(f"C{i}" for i in range(10))
     for ax, sources, xlabel in panels:
         xs: list[int] = []
@@ -387,14 +442,24 @@ def plot_llm(base: str, model: str) -> None:
                 xs = sorted({*xs, *(x for x, _ in keys)})
                 ys = [data["results"][k]["median"] * 1e3 for _, k in keys]
                 ratio = f", {keys[-1][0]} vs {keys[0][0]}: {ys[-1] / ys[0]:.2f}x"
-                ax.plot([x for x, _ in keys], ys, "o-", color=color,
-                        label=f"{label}, {mode}: per turn{ratio}")
+                ax.plot(
+                    [x for x, _ in keys],
+                    ys,
+                    "o-",
+                    color=color,
+                    label=f"{label}, {mode}: per turn{ratio}",
+                )
                 phases = data.get("seconds_per_turn_by_phase", {})  # absent from older results
                 for phase, style in (("prefill", "--"), ("decode", ":")):
                     if all(k in phases for _, k in keys):
                         ys = [statistics.median(phases[k][phase]) * 1e3 for _, k in keys]
-                        ax.plot([x for x, _ in keys], ys, style, color=color,
-                                label=f"{label}, {mode}: {phase}")
+                        ax.plot(
+                            [x for x, _ in keys],
+                            ys,
+                            style,
+                            color=color,
+                            label=f"{label}, {mode}: {phase}",
+                        )
         if not xs:
             ax.set_title("not measured")
             continue
@@ -438,25 +503,45 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--agents", nargs="+", type=int, default=[2, 4, 8, 16])
     p.add_argument("--envs", type=int, default=8, help="parallel environments, agents sweep")
+    p.add_argument("--env-counts", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64])
     p.add_argument(
-        "--env-counts", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64]
+        "--turns",
+        type=int,
+        default=200 if quick() else 2000,
+        help="about this many agent turns per point",
     )
-    p.add_argument("--turns", type=int, default=200 if quick() else 2000,
-                   help="about this many agent turns per point")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokenizer", choices=("tiny", "embedded"), default="tiny")
-    p.add_argument("--model", choices=("scripted", "tiny", "embedded"), default="scripted",
-                   help="tiny / embedded: LLM turns of the tiny test model or SmolLM2")
+    p.add_argument(
+        "--model",
+        choices=("scripted", "tiny", "embedded"),
+        default="scripted",
+        help="tiny / embedded: LLM turns of the tiny test model or SmolLM2",
+    )
     p.add_argument("--dtype", default="float32", help="the model's dtype (LLM sweeps)")
     p.add_argument("--scenario", default=SCENARIO, help="the scenario (LLM sweeps)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (LLM sweeps)")
-    p.add_argument("--max-new-tokens", type=int, default=16,
-                   help="LLM sweeps: the longest reply; 16 cuts most replies of SmolLM2 "
-                   "before their ACTION line, the platform's default is 48")
-    p.add_argument("--sweeps", nargs="+", default=["agents"], choices=("agents", "envs"),
-                   help="LLM sweeps: agents (--agents, --envs), envs (--env-counts, 4 agents)")
-    p.add_argument("--modes", nargs="+", default=["shared", "lora", "lora-separate"],
-                   choices=("shared", "lora", "lora-separate"), help="LLM sweeps")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=16,
+        help="LLM sweeps: the longest reply; 16 cuts most replies of SmolLM2 "
+        "before their ACTION line, the platform's default is 48",
+    )
+    p.add_argument(
+        "--sweeps",
+        nargs="+",
+        default=["agents"],
+        choices=("agents", "envs"),
+        help="LLM sweeps: agents (--agents, --envs), envs (--env-counts, 4 agents)",
+    )
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        default=["shared", "lora", "lora-separate"],
+        choices=("shared", "lora", "lora-separate"),
+        help="LLM sweeps",
+    )
     args = p.parse_args()
     if args.model != "scripted":
         llm_main(args)
@@ -494,20 +579,47 @@ def main() -> None:
     for topology, by_n in results["agents"].items():
         for n in args.agents:
             r = by_n[str(n)]
-            summary.append(row(f"{n} agents ({topology}), per turn", r["median"] * 1e6, "µs",
-                               f"min {r['min'] * 1e6:.0f}"))
+            summary.append(
+                row(
+                    f"{n} agents ({topology}), per turn",
+                    r["median"] * 1e6,
+                    "µs",
+                    f"min {r['min'] * 1e6:.0f}",
+                )
+            )
         lo, hi = min(args.agents), max(args.agents)
         ratio = by_n[str(hi)]["median"] / by_n[str(lo)]["median"]
-        summary.append(row(f"{hi} vs {lo} agents ({topology})", ratio, "x",
-                           "per-turn time ratio (issue goal <= 0.4 is for LLM turns)"))
+        summary.append(
+            row(
+                f"{hi} vs {lo} agents ({topology})",
+                ratio,
+                "x",
+                "per-turn time ratio (issue goal <= 0.4 is for LLM turns)",
+            )
+        )
     for e in args.env_counts:
         r = results["envs"][str(e)]
-        summary.append(row(f"{e} envs x 4 agents, per turn", r["median"] * 1e6, "µs",
-                           f"min {r['min'] * 1e6:.0f}"))
-    summary.append(row("load average at start", state["load_average"][0], "",
-                       f"{state['cores_available']} cores; PNG {png.name}"))
-    write("growth", {"args": vars(args), "results": results, "machine": state,
-                     "png": str(png)}, summary)
+        summary.append(
+            row(
+                f"{e} envs x 4 agents, per turn",
+                r["median"] * 1e6,
+                "µs",
+                f"min {r['min'] * 1e6:.0f}",
+            )
+        )
+    summary.append(
+        row(
+            "load average at start",
+            state["load_average"][0],
+            "",
+            f"{state['cores_available']} cores; PNG {png.name}",
+        )
+    )
+    write(
+        "growth",
+        {"args": vars(args), "results": results, "machine": state, "png": str(png)},
+        summary,
+    )
 
 
 if __name__ == "__main__":

@@ -33,9 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import STEP_TIMES, machine, quick, row, write  # noqa: E402
 
 TINY = [
-    "scenario=signal_v1", "model.kind=tiny", "model.hidden_size=256", "model.num_layers=4",
-    "model.intermediate_size=768", "sampling.max_new_tokens=12", "logging.progress=false",
-    "logging.tensorboard=false", "logging.transcripts_every=0",
+    "scenario=signal_v1",
+    "model.kind=tiny",
+    "model.hidden_size=256",
+    "model.num_layers=4",
+    "model.intermediate_size=768",
+    "sampling.max_new_tokens=12",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+    "logging.transcripts_every=0",
     "algo.beta=0.04",  # every turn trains: a random tiny model's rewards are often all equal
 ]
 
@@ -64,8 +70,12 @@ def worker(config: str, overrides: list[str]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="train", help="config name in configs/ (train, demo)")
-    p.add_argument("--steps", type=int, default=1 if quick() else 2,
-                   help="steps per run; the last one is reported (with 1, it includes warm-up)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=1 if quick() else 2,
+        help="steps per run; the last one is reported (with 1, it includes warm-up)",
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -76,8 +86,14 @@ def main() -> None:
         return
     base = TINY if args.config == "train" else []
     size = ["train.seeds_per_step=1", "train.group_size=4"] if quick() else []
-    common = [*base, *size, f"train.steps={args.steps}", "train.checkpoint_every=0",
-              f"runtime.threads={args.threads}", *args.overrides]
+    common = [
+        *base,
+        *size,
+        f"train.steps={args.steps}",
+        "train.checkpoint_every=0",
+        f"runtime.threads={args.threads}",
+        *args.overrides,
+    ]
     state = machine()
     runs: dict[str, list[dict[str, float]]] = {"shared": [], "unshared": []}
     for _ in range(args.rounds):
@@ -85,7 +101,9 @@ def main() -> None:
             flag = f"algo.share_prompts={'true' if name == 'shared' else 'false'}"
             done = subprocess.run(
                 [sys.executable, __file__, "--worker", "--config", args.config, *common, flag],
-                capture_output=True, text=True, check=False,
+                capture_output=True,
+                text=True,
+                check=False,
                 env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
             )
             if done.returncode != 0:
@@ -94,8 +112,10 @@ def main() -> None:
             runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     state["load_average_after"] = machine()["load_average"]
     figures = {
-        name: {key: {"median": statistics.median(r[key] for r in rs),
-                     "min": min(r[key] for r in rs)} for key in rs[0]}
+        name: {
+            key: {"median": statistics.median(r[key] for r in rs), "min": min(r[key] for r in rs)}
+            for key in rs[0]
+        }
         for name, rs in runs.items()
     }
     summary = []
@@ -103,16 +123,34 @@ def main() -> None:
         for name in ("unshared", "shared"):
             f = figures[name][key]
             unit = "GB" if key == "peak_rss_gb" else "s"
-            summary.append(row(f"{key.removeprefix('perf/')}, {name}", f["median"], unit,
-                               f"min {f['min']:.3g}"))
+            summary.append(
+                row(
+                    f"{key.removeprefix('perf/')}, {name}", f["median"], unit, f"min {f['min']:.3g}"
+                )
+            )
         if key != "peak_rss_gb":
             ratio = figures["unshared"][key]["median"] / figures["shared"][key]["median"]
             summary.append(row(f"{key.removeprefix('perf/')}: unshared / shared", ratio, "x"))
-    summary.append(row("load average at start", state["load_average"][0], "",
-                       f"--config {args.config}, {args.threads} thread(s)"))
+    summary.append(
+        row(
+            "load average at start",
+            state["load_average"][0],
+            "",
+            f"--config {args.config}, {args.threads} thread(s)",
+        )
+    )
     name = "step_time" if args.config == "train" else f"step_time_{args.config}"
-    write(name, {"args": vars(args), "overrides": common, "runs": runs,
-                        "figures": figures, "machine": state}, summary)
+    write(
+        name,
+        {
+            "args": vars(args),
+            "overrides": common,
+            "runs": runs,
+            "figures": figures,
+            "machine": state,
+        },
+        summary,
+    )
 
 
 if __name__ == "__main__":

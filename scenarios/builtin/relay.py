@@ -145,9 +145,7 @@ def relay_rule_bot(agent: str, observation: str, info: dict[str, Any], rng: rand
 
 
 @register_bot("relay", "format")
-def relay_format_bot(
-    agent: str, observation: str, info: dict[str, Any], rng: random.Random
-) -> str:
+def relay_format_bot(agent: str, observation: str, info: dict[str, Any], rng: random.Random) -> str:
     """The rule bot's markup with content drawn at random: relays send ``position=digit``
     pieces with random positions and digits, the reporter submits a random code. A warm-up on
     it teaches the protocol (the piece syntax, a code of the right length), never the relay:

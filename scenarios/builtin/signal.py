@@ -40,9 +40,7 @@ SHAPES = ["circle", "square", "triangle", "star", "heart", "cross"]
 # A number answer: the number itself, optionally after "#", "no." or "candidate"/"number"/
 # "option", and before anything that is not a letter or digit ("3", "#3", "candidate 3.",
 # "3: red circle"). A digit inside prose ("round 1", "I think 2") is no answer.
-_NUMBER_ANSWER = re.compile(
-    r"^[\s\W_]*(?:(?:candidate|number|option|no\.?)\s*)?#?\s*(\d+)(?![\w])"
-)
+_NUMBER_ANSWER = re.compile(r"^[\s\W_]*(?:(?:candidate|number|option|no\.?)\s*)?#?\s*(\d+)(?![\w])")
 
 
 @register_rules("signal")
