@@ -20,8 +20,8 @@ a sampled reply is exactly one of the listed texts; ``1 - mass`` is what the mod
 every other reply (malformed, or another spelling the environment may still accept: an upper
 bound on the malformed share, not the malformed share itself).
 
-Used by :mod:`marl.exploitability` (Kuhn Poker's 12 information sets as a table, issue 27) and
-meant for the emergence measures that need action distributions (issue 26).
+Used by :mod:`marl.runtime.exploitability` (Kuhn Poker's 12 information sets as a table, issue 27)
+and meant for the emergence measures that need action distributions (issue 26).
 """
 
 from __future__ import annotations

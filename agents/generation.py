@@ -20,8 +20,8 @@ all, tool output not counted.
 
 Policies that are views of one shared base backend (a LoRA adapter per agent, or a frozen
 copy, on one base model: a backend with ``base`` and ``adapter`` attributes, such as
-:class:`marl.policies.AdapterBackend`) generate together: their rows go to the base in ONE call,
-each row naming its policy's adapter. N agents with an adapter each then cost one call per
+:class:`marl.runtime.policies.AdapterBackend`) generate together: their rows go to the base in ONE
+call, each row naming its policy's adapter. N agents with an adapter each then cost one call per
 round (plus one per tool continuation), not N, and every agent's turns share the batch.
 """
 

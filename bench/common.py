@@ -71,8 +71,8 @@ def inference_backends(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     """What ``marl train`` would generate with for ``config`` (a config's overrides, as a
     dict): each policy's rollout backend, by policy id, and each agent's policy id."""
     from marl.config import load_config
-    from marl.policies import InferencePolicies
-    from marl.policy_map import plan_for
+    from marl.runtime.policies import InferencePolicies
+    from marl.runtime.policy_map import plan_for
 
     loaded = load_config(config)
     plan = plan_for(loaded)
@@ -125,7 +125,7 @@ def _cell(value: Any) -> str:
 # --- learning experiments (communication.py, relay_credit.py) -----------------------------------
 
 
-# The per-step timings every training run logs (marl/train.py), read by the step benches.
+# The per-step timings every training run logs (marl/loop/train.py), read by the step benches.
 STEP_TIMES = ("perf/step_time", "perf/rollout_time", "perf/update_time")
 
 

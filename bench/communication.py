@@ -37,7 +37,7 @@ from statistics import fmean
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import read_scalars, run_marl, save_experiment  # noqa: E402  (bench helpers)
 
-from marl.stats import mean_ci, wilson  # noqa: E402
+from marl.analysis.stats import mean_ci, wilson  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SUCCESS = "team/success"

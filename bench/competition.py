@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import finish_run, run_marl, save_experiment  # noqa: E402  (bench helpers)
 
-from marl.stats import mean_ci  # noqa: E402
+from marl.analysis.stats import mean_ci  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OPPONENTS = {
@@ -106,7 +106,7 @@ def crossplay(args: argparse.Namespace, out: Path) -> dict:
 
 def summarise(results: dict, crossplay_data: dict, seeds: list[int]) -> dict:
     """Win rates of each seed against each reference opponent, over seeds and pooled."""
-    from marl.stats import wilson
+    from marl.analysis.stats import wilson
 
     cells = {(c["row"], c["col"]): c for c in crossplay_data["cells"]}
     table: dict = {"win_rate": {}, "ratings": crossplay_data["ratings"], "training": {}}

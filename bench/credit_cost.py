@@ -2,7 +2,7 @@
 re-simulation relative to one without (``credit=team``), side by side in one run.
 
 Every variant trains the same tiny character-level policy through the real trainer
-(``marl.train.train``) with the same seeds; the iteration time is the trainer's own
+(``marl.loop.train.train``) with the same seeds; the iteration time is the trainer's own
 ``perf/step_time`` (rollout + credit + update + sync + metrics), read back from TensorBoard. The
 credit phase's share is ``step - rollout - update - sync``. To even out a loaded machine, the
 variants run interleaved (round-robin, ``--reps`` rounds), the first step of every run is
@@ -74,7 +74,7 @@ def cost_config(scenario: str, credit: dict[str, Any], args: argparse.Namespace)
 
 def measure(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     """Run every (scenario, variant) ``args.reps`` times, interleaved; one row per pair."""
-    from marl.train import train
+    from marl.loop.train import train
 
     samples: dict[tuple[str, str], dict[str, list[float]]] = {}
     for rep in range(args.reps):

@@ -132,7 +132,7 @@ def run_training(
     setting: str, method: str, seed: int, args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
     """Train one (setting, method, seed); summarise its TensorBoard series."""
-    from marl.train import train
+    from marl.loop.train import train
 
     scored = SETTINGS[setting]
     config = train_config(
@@ -184,8 +184,9 @@ def probe_advantages(
     from marl.agents.backends import SamplingConfig, make_backend
     from marl.agents.models import ModelSpec, load_model
     from marl.credit import CreditConfig
-    from marl.credit_phase import backend_generate, credit_phase, make_engine
-    from marl.rollout import EpisodeSlot, run_episodes
+    from marl.loop.credit_phase import credit_phase
+    from marl.runtime.resimulation import backend_generate, make_engine
+    from marl.runtime.rollout import EpisodeSlot, run_episodes
     from marl.scenarios.registry import make
 
     torch.manual_seed(seed)
@@ -436,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             probes[setting] = {"initial": probe_advantages(None, setting, args)}
             team_runs = [r for r in runs if r["setting"] == setting and r["method"] == "team"]
             if team_runs:
-                from marl.checkpoint import load_checkpoint
+                from marl.runtime.checkpoint import load_checkpoint
 
                 state = load_checkpoint(Path(team_runs[0]["run_dir"]) / "checkpoints")
                 weights = state["policies"]["shared"]["weights"]

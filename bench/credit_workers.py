@@ -2,7 +2,7 @@
 
 Counterfactual credit runs where the environments are: each rollout worker re-simulates the
 GRPO groups it played, on its own environment copies, with its own copy of the policies for
-the generation the branches need (:meth:`marl.workers.RolloutWorker.credit`). This measures
+the generation the branches need (:meth:`marl.runtime.workers.RolloutWorker.credit`). This measures
 ``runtime.credit(step, rollout)`` (what ``marl train`` times as ``perf/credit_time``) for each
 worker count, plus the one-process runtime for reference.
 
@@ -58,8 +58,8 @@ def run_config(args: argparse.Namespace, workers: int | None) -> dict[str, Any]:
 def measure(args: argparse.Namespace, workers: int | None) -> dict[str, Any]:
     """Start the runtime, time the credit phase over the steps, close it."""
     from marl.config import load_config
-    from marl.runtime import make_runtime
-    from marl.train import check_config
+    from marl.loop.train import check_config
+    from marl.runtime.local import make_runtime
 
     config = load_config(run_config(args, workers))
     plan = check_config(config)

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, quick, row, write  # noqa: E402
 
 import marl  # noqa: E402
+from marl.analysis.stats import wilson  # noqa: E402
 from marl.scenarios.conformance import play_match  # noqa: E402
 from marl.scenarios.textarena_games import SUPPORTED, textarena_missing  # noqa: E402
 from marl.scenarios.zero_sum import outcomes  # noqa: E402
-from marl.stats import wilson  # noqa: E402
 
 
 def games() -> list[tuple[str, str, dict[str, Any]]]:

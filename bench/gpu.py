@@ -26,7 +26,7 @@ What it measures, in order (each value is in the JSON; the table gives the media
    over the call's wall time, synchronised.
 3. **Update.** A policy learner of the demo's settings (``configs/demo.yaml``: a LoRA adapter of
    rank 16 on every linear layer, minibatches of 16 turns in microbatches of 8) and its
-   :meth:`~marl.policies.PolicyLearner.update` on the largest size's generations from part 2
+   :meth:`~marl.runtime.policies.PolicyLearner.update` on the largest size's generations from part 2
    as turn records: the samples of a prompt form a group, with advantages +1, -1, +1, ...
    (nonzero, so every turn trains). Update tokens/s counts every turn's prompt and response
    tokens, as ``bench/trl_vs_marl.py`` does (a prompt shared by 8 samples counts 8 times).
@@ -36,7 +36,7 @@ What it measures, in order (each value is in the JSON; the table gives the media
    activations, the trainable weights' gradients) and one without ``2 N``, with N the body's
    weights for every position and the output layer's only where it ran (the learner computes
    logits for the responses alone); embedding lookups and attention's own FLOPs are left out.
-4. **Training steps.** ``marl.train.train`` in this process on the demo's config
+4. **Training steps.** ``marl.loop.train.train`` in this process on the demo's config
    (``marl train --config-name demo`` with ``model.kind=hf model.path=...``) minus the imitation
    warm-up, the held-out evaluation and the influence re-simulation (``warmup.steps=0
    train.eval_episodes=0 emergence.influence_every=0``, as ``bench/make_run_step.py`` does;
@@ -629,8 +629,8 @@ def update(
     (our generations) as turn records, ``rounds`` times (on CUDA after one untimed update on a
     minibatch)."""
     from marl.config import load_config
-    from marl.policies import PolicyLearner
-    from marl.policy_map import plan_for
+    from marl.runtime.policies import PolicyLearner
+    from marl.runtime.policy_map import plan_for
 
     config = load_config(cfg)
     plan = plan_for(config)
@@ -718,7 +718,7 @@ def gpu_share(cfg: dict[str, Any], device: str) -> list[str]:
     if device != "cuda":
         return ["policy_defaults.num_gpus=0"]
     from marl.config import load_config
-    from marl.policy_map import plan_for
+    from marl.runtime.policy_map import plan_for
 
     cfg = dict(cfg)
     cfg["policy_defaults"] = {**(cfg.get("policy_defaults") or {}), "num_gpus": 0}
@@ -727,9 +727,9 @@ def gpu_share(cfg: dict[str, Any], device: str) -> list[str]:
 
 
 def train_step(cfg: dict[str, Any], device: str, scratch: Path, label: str) -> dict[str, Any]:
-    """Run ``marl.train.train`` on ``cfg``; every step's ``perf/*`` times, the generated
+    """Run ``marl.loop.train.train`` on ``cfg``; every step's ``perf/*`` times, the generated
     tokens/s of its rollout, what the learners trained, and peak memory."""
-    from marl.train import train
+    from marl.loop.train import train
 
     run_dir = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=scratch))
     reset_peak(device)

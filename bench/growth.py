@@ -1,6 +1,6 @@
 """Growth: time per agent turn as agents and parallel environments grow, with scripted agents.
 
-The rollout runner (``marl.rollout.run_episodes``) plays ``public-goods-v0`` episodes with a
+The rollout runner (``marl.runtime.rollout.run_episodes``) plays ``public-goods-v0`` episodes with a
 scripted backend in place of the model: each round it renders every live agent's prompt through
 the chat template and tokenizes it (as for an LLM), makes one batched ``generate`` call per
 policy, and the backend answers at once with a well-formed random reply (the scenario's random
@@ -61,7 +61,7 @@ from common import RESULTS, alternate, inference_backends, machine, quick, row, 
 import marl  # noqa: E402
 from marl.agents.backends import Generation, SamplingConfig  # noqa: E402
 from marl.agents.models import transformers_model  # noqa: E402
-from marl.rollout import EpisodeSlot, run_episodes  # noqa: E402
+from marl.runtime.rollout import EpisodeSlot, run_episodes  # noqa: E402
 from marl.scenarios.bots import random_bot  # noqa: E402
 
 SCENARIO = "public-goods-v0"  # the LLM sweeps take --scenario

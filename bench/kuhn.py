@@ -22,14 +22,14 @@ NashConv / 2: 0 at a Nash equilibrium, 11/24 for uniform random play), ``league/
 the table's expected chips against the Nash bot and the random bot (``eval/chips_vs_nash``,
 ``eval/chips_vs_random``, mean of the two seats) and ``league/malformed_mass``, scored on the
 game tree after the warm-up and before the first update (step 0), every ``--every`` updates and
-after the last (marl/exploitability_log.py). They are read back from each run's TensorBoard
-events (``bench/common.read_scalars``: every tag is logged at every step 0..N, so a list's index
-is its step; ``league/exploitability_fresh`` marks the scored steps).
+after the last (marl/competition/exploitability_log.py). They are read back from each run's
+TensorBoard events (``bench/common.read_scalars``: every tag is logged at every step 0..N, so a
+list's index is its step; ``league/exploitability_fresh`` marks the scored steps).
 
 Headline numbers are seed-clustered: the mean of the per-seed values with a 95% t-interval over
-seeds (:func:`marl.stats.seed_clustered`); start -> end changes are paired by seed
-(:func:`marl.stats.mean_interval` over the per-seed differences). The issue's goal, checked for
-every condition (it is stated for self-play): the mean exploitability at the end at most half
+seeds (:func:`marl.analysis.stats.seed_clustered`); start -> end changes are paired by seed
+(:func:`marl.analysis.stats.mean_interval` over the per-seed differences). The issue's goal, checked
+for every condition (it is stated for self-play): the mean exploitability at the end at most half
 of the mean at the start, with a paired change whose interval excludes 0.
 
 Only missing runs are trained: a run is done when its final checkpoint is there
@@ -86,8 +86,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
 
-from marl.role_eval import json_safe  # noqa: E402
-from marl.stats import mean_interval, seed_clustered  # noqa: E402
+from marl.analysis.stats import mean_interval, seed_clustered  # noqa: E402
+from marl.competition.role_eval import json_safe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONDITIONS: dict[str, list[str]] = {
@@ -100,7 +100,7 @@ LABELS = {
     "vs_nash": "against the Nash bot",
     "vs_random": "against the random bot",
 }
-# short name -> TensorBoard tag (marl/exploitability_log.py)
+# short name -> TensorBoard tag (marl/competition/exploitability_log.py)
 METRICS = {
     "exploitability": "league/exploitability",
     "nash_conv": "league/nash_conv",

@@ -29,7 +29,7 @@ from marl.agents.backends.hf import HFBackend
 from marl.agents.heads import head_ids, response_head
 from marl.agents.models import ModelSpec
 from marl.agents.prompts import prompt_ids
-from marl.rollout import EpisodeSlot, run_episodes
+from marl.runtime.rollout import EpisodeSlot, run_episodes
 from marl.scenarios.registry import make
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -72,7 +72,7 @@ def run_config(args: argparse.Namespace, ray_enabled: bool) -> dict[str, Any]:
 
 def iterate(runtime: Any, config: Any, step: int) -> dict[str, float]:
     """One iteration, timed phase by phase."""
-    from marl.credit_phase import credit_phase
+    from marl.loop.credit_phase import credit_phase
 
     times: dict[str, float] = {}
     began = time.perf_counter()
@@ -99,8 +99,8 @@ def measure(args: argparse.Namespace, ray_enabled: bool, threads: int | None) ->
     import torch
 
     from marl.config import load_config
-    from marl.runtime import make_runtime
-    from marl.train import check_config
+    from marl.loop.train import check_config
+    from marl.runtime.local import make_runtime
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -120,7 +120,7 @@ def measure(args: argparse.Namespace, ray_enabled: bool, threads: int | None) ->
             )
     finally:
         runtime.close()
-    timed = runs[args.warmup:]
+    timed = runs[args.warmup :]
     return {
         "ray": ray_enabled,
         "torch_threads": threads if not ray_enabled else 1,
@@ -191,8 +191,16 @@ def main() -> None:
     for name in args.variants.split(","):
         began = time.perf_counter()
         command = [sys.executable, __file__, "--worker", name]
-        flags = ("model", "seeds", "group", "max_new_tokens", "dtype", "minibatch", "warmup",
-                 "iterations")
+        flags = (
+            "model",
+            "seeds",
+            "group",
+            "max_new_tokens",
+            "dtype",
+            "minibatch",
+            "warmup",
+            "iterations",
+        )
         for flag in flags:
             command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
         done = subprocess.run(command, capture_output=True, text=True, check=False)

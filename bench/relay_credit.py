@@ -43,7 +43,7 @@ from common import (  # noqa: E402  (bench helpers)
     save_experiment,
 )
 
-from marl.stats import mean_ci  # noqa: E402
+from marl.analysis.stats import mean_ci  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 REWARD = "team/reward"

@@ -2,8 +2,8 @@
 
 The batch is one rollout round of the ``relay`` scenario: every agent of ``--prompts / 4``
 episodes, its observation rendered through the model's chat template (system prompt +
-observation), as ``marl.rollout`` renders it. Each backend makes one batched ``generate`` call
-over the whole batch, as a rollout round does, ``--repeats`` times after a small warm-up call;
+observation), as ``marl.runtime.rollout`` renders it. Each backend makes one batched ``generate``
+call over the whole batch, as a rollout round does, ``--repeats`` times after a small warm-up call;
 each repeat is a fresh batch (other episode seeds, the same for every backend), so vLLM's prefix
 cache helps only where a real round's prompts share a prefix (the system prompts). The table
 gives the median. The model is SmolLM2-135M-Instruct from the cache when it is there (``marl
@@ -45,7 +45,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "vllm": {"backend": "vllm", "env": {}, "max_adapters": 0},
     "vllm-lora": {"backend": "vllm", "env": {}, "max_adapters": 4},
     "vllm-nobind": {
-        "backend": "vllm", "env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}, "max_adapters": 0,
+        "backend": "vllm",
+        "env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"},
+        "max_adapters": 0,
     },
 }
 
@@ -174,8 +176,16 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
     passthrough = [
-        "--model", args.model, "--dtype", args.dtype, "--prompts", str(args.prompts),
-        "--max-new-tokens", str(args.max_new_tokens), "--repeats", str(args.repeats),
+        "--model",
+        args.model,
+        "--dtype",
+        args.dtype,
+        "--prompts",
+        str(args.prompts),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--repeats",
+        str(args.repeats),
     ]
     results = []
     for variant in variants:
@@ -183,13 +193,16 @@ def main() -> int:
         env = {**os.environ, **VARIANTS[variant]["env"]}
         done = subprocess.run(
             [sys.executable, __file__, "--worker", variant, *passthrough],
-            env=env, capture_output=True, text=True, check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
         if done.returncode != 0 or not lines:
             print(f"[bench] {variant} failed:\n{done.stderr[-3000:]}", file=sys.stderr)
             continue
-        results.append(json.loads(lines[-1][len("RESULT "):]))
+        results.append(json.loads(lines[-1][len("RESULT ") :]))
 
     if not results:
         return 1

@@ -44,15 +44,22 @@ from marl.agents.backends.hf import HFBackend  # noqa: E402
 from marl.agents.logprobs import MIN_SHARED_PREFIX, response_logprobs  # noqa: E402
 from marl.agents.models import ModelSpec, load_model  # noqa: E402
 from marl.agents.prompts import prompt_ids  # noqa: E402
-from marl.learner import Learner, LearnerSettings  # noqa: E402
-from marl.rollout import EpisodeSlot, run_episodes  # noqa: E402
-from marl.workers import step_seeds  # noqa: E402
+from marl.runtime.learner import Learner, LearnerSettings  # noqa: E402
+from marl.runtime.rollout import EpisodeSlot, run_episodes  # noqa: E402
+from marl.runtime.workers import step_seeds  # noqa: E402
 
 
 def _spec(kind: str, dtype: str) -> ModelSpec:
     if kind == "tiny":
-        return ModelSpec(kind="tiny", dtype=dtype, hidden_size=256, num_layers=4, num_heads=4,
-                         intermediate_size=768, seed=0)
+        return ModelSpec(
+            kind="tiny",
+            dtype=dtype,
+            hidden_size=256,
+            num_layers=4,
+            num_heads=4,
+            intermediate_size=768,
+            seed=0,
+        )
     return ModelSpec(kind="embedded", dtype=dtype)
 
 
@@ -62,8 +69,13 @@ def rollout_turns(backend: HFBackend, seeds: int, group: int, tokens: int) -> li
     for s, seed in enumerate(step_seeds(0, 0, seeds)):
         for g in range(group):
             slots.append(EpisodeSlot(marl.make("signal-v1"), seed, s, s * group + g))
-    result = run_episodes(slots, {"shared": backend}, lambda a: "shared",
-                          SamplingConfig(max_new_tokens=tokens, temperature=1.0), seed=0)
+    result = run_episodes(
+        slots,
+        {"shared": backend},
+        lambda a: "shared",
+        SamplingConfig(max_new_tokens=tokens, temperature=1.0),
+        seed=0,
+    )
     turns = [t for t in result.turns if t.response_ids]
     for i, t in enumerate(turns):  # every turn trains
         t.advantage = 1.0 if i % 2 else -1.0
@@ -78,8 +90,12 @@ def main() -> None:
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=12)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--distinct", type=int, default=8 if quick() else 16,
-                   help="distinct prompts with one system prompt (the prefix comparison)")
+    p.add_argument(
+        "--distinct",
+        type=int,
+        default=8 if quick() else 16,
+        help="distinct prompts with one system prompt (the prefix comparison)",
+    )
     args = p.parse_args()
     import torch
 
@@ -93,8 +109,9 @@ def main() -> None:
     prompts = [t.prompt_ids for t in turns]
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0)
     learners = {
-        name: Learner(model, LearnerSettings(share_prompts=name == "shared",
-                                             minibatch_size=len(turns)))
+        name: Learner(
+            model, LearnerSettings(share_prompts=name == "shared", minibatch_size=len(turns))
+        )
         for name in backends
     }
 
@@ -123,8 +140,9 @@ def main() -> None:
     def buckets(max_padding: float) -> float:
         def step() -> None:
             model.zero_grad(set_to_none=True)
-            out = response_logprobs(model, mixed_prompts, mixed_responses, share_prompts=True,
-                                    max_padding=max_padding)
+            out = response_logprobs(
+                model, mixed_prompts, mixed_responses, share_prompts=True, max_padding=max_padding
+            )
             (out.sampling * out.mask).sum().backward()
 
         return timed(step)
@@ -133,16 +151,26 @@ def main() -> None:
     for seed in range(args.distinct):
         env = marl.make("signal-v1")
         observations, _ = env.reset(seed=seed)
-        listener_prompts.append(prompt_ids(tokenizer, env.system_prompt("listener"),
-                                           observations["listener"] + f" (game {seed})"))
+        listener_prompts.append(
+            prompt_ids(
+                tokenizer,
+                env.system_prompt("listener"),
+                observations["listener"] + f" (game {seed})",
+            )
+        )
         listener_responses.append([rng.randrange(5, 90) for _ in range(args.max_new_tokens)])
     assert len({tuple(x) for x in listener_prompts}) == args.distinct  # all distinct
 
     def prefix(min_prefix: int) -> float:
         def step() -> None:
             model.zero_grad(set_to_none=True)
-            out = response_logprobs(model, listener_prompts, listener_responses,
-                                    share_prompts=True, min_prefix=min_prefix)
+            out = response_logprobs(
+                model,
+                listener_prompts,
+                listener_responses,
+                share_prompts=True,
+                min_prefix=min_prefix,
+            )
             (out.sampling * out.mask).sum().backward()
 
         return timed(step)
@@ -150,10 +178,13 @@ def main() -> None:
     state = machine()
     gen = alternate({n: (lambda n=n: generate(n)) for n in backends}, args.rounds)
     upd = alternate({n: (lambda n=n: update(n)) for n in backends}, args.rounds)
-    bkt = alternate({"buckets": lambda: buckets(0.125), "one bucket": lambda: buckets(1.0)},
-                    args.rounds)
-    pfx = alternate({"prefix once": lambda: prefix(MIN_SHARED_PREFIX),
-                     "no prefix sharing": lambda: prefix(0)}, args.rounds)
+    bkt = alternate(
+        {"buckets": lambda: buckets(0.125), "one bucket": lambda: buckets(1.0)}, args.rounds
+    )
+    pfx = alternate(
+        {"prefix once": lambda: prefix(MIN_SHARED_PREFIX), "no prefix sharing": lambda: prefix(0)},
+        args.rounds,
+    )
     state["load_average_after"] = machine()["load_average"]
 
     grads = {}
@@ -166,44 +197,84 @@ def main() -> None:
     relative = math.sqrt(num / den)
 
     distinct = {tuple(x) for x in prompts}
-    prompt_tokens = {"unshared": sum(map(len, prompts)),
-                     "shared": sum(len(x) for x in distinct)}
+    prompt_tokens = {"unshared": sum(map(len, prompts)), "shared": sum(len(x) for x in distinct)}
     response_tokens = sum(len(t.response_ids) for t in turns)
     summary = []
     for label, r in (("generate", gen), ("update", upd)):
         ratio = r["unshared"]["median"] / r["shared"]["median"]
         for name in ("unshared", "shared"):
-            summary.append(row(f"{label}, {name}", r[name]["median"], "s",
-                               f"min {r[name]['min']:.3g}"))
+            summary.append(
+                row(f"{label}, {name}", r[name]["median"], "s", f"min {r[name]['min']:.3g}")
+            )
         summary.append(row(f"{label}: unshared / shared", ratio, "x", "median over rounds"))
     for name in ("one bucket", "buckets"):
-        summary.append(row(f"update, prompts of {len(lengths)} lengths, {name}",
-                           bkt[name]["median"], "s", f"min {bkt[name]['min']:.3g}"))
-    summary.append(row("length buckets: one / buckets",
-                       bkt["one bucket"]["median"] / bkt["buckets"]["median"], "x",
-                       f"prompt lengths {lengths}"))
+        summary.append(
+            row(
+                f"update, prompts of {len(lengths)} lengths, {name}",
+                bkt[name]["median"],
+                "s",
+                f"min {bkt[name]['min']:.3g}",
+            )
+        )
+    summary.append(
+        row(
+            "length buckets: one / buckets",
+            bkt["one bucket"]["median"] / bkt["buckets"]["median"],
+            "x",
+            f"prompt lengths {lengths}",
+        )
+    )
     for name in ("no prefix sharing", "prefix once"):
-        summary.append(row(f"update, {args.distinct} distinct prompts, {name}",
-                           pfx[name]["median"], "s", f"min {pfx[name]['min']:.3g}"))
-    summary.append(row("common prefix: none / once",
-                       pfx["no prefix sharing"]["median"] / pfx["prefix once"]["median"], "x",
-                       "signal-v1 listener prompts, one system prompt"))
+        summary.append(
+            row(
+                f"update, {args.distinct} distinct prompts, {name}",
+                pfx[name]["median"],
+                "s",
+                f"min {pfx[name]['min']:.3g}",
+            )
+        )
+    summary.append(
+        row(
+            "common prefix: none / once",
+            pfx["no prefix sharing"]["median"] / pfx["prefix once"]["median"],
+            "x",
+            "signal-v1 listener prompts, one system prompt",
+        )
+    )
     summary += [
-        row("turns / distinct prompts", f"{len(turns)} / {len(distinct)}", "",
+        row(
+            "turns / distinct prompts",
+            f"{len(turns)} / {len(distinct)}",
+            "",
             f"prompt tokens {prompt_tokens['unshared']} -> {prompt_tokens['shared']}; "
-            f"response tokens {response_tokens}"),
+            f"response tokens {response_tokens}",
+        ),
         row("update gradient, shared vs unshared", relative, "relative", args.dtype),
-        row("load average at start", state["load_average"][0], "",
-            f"{state['cores_available']} cores, {torch.get_num_threads()} torch threads"),
+        row(
+            "load average at start",
+            state["load_average"][0],
+            "",
+            f"{state['cores_available']} cores, {torch.get_num_threads()} torch threads",
+        ),
     ]
-    write("shared_prompts", {
-        "args": vars(args), "model": copy.copy(spec.__dict__), "generate": gen, "update": upd,
-        "length_buckets": {"prompt_lengths": lengths, **bkt},
-        "common_prefix": {"distinct_prompts": args.distinct, **pfx},
-        "turns": len(turns), "distinct_prompts": len(distinct), "prompt_tokens": prompt_tokens,
-        "response_tokens": response_tokens, "gradient_relative_difference": relative,
-        "machine": state,
-    }, summary)
+    write(
+        "shared_prompts",
+        {
+            "args": vars(args),
+            "model": copy.copy(spec.__dict__),
+            "generate": gen,
+            "update": upd,
+            "length_buckets": {"prompt_lengths": lengths, **bkt},
+            "common_prefix": {"distinct_prompts": args.distinct, **pfx},
+            "turns": len(turns),
+            "distinct_prompts": len(distinct),
+            "prompt_tokens": prompt_tokens,
+            "response_tokens": response_tokens,
+            "gradient_relative_difference": relative,
+            "machine": state,
+        },
+        summary,
+    )
 
 
 if __name__ == "__main__":

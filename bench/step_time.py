@@ -51,8 +51,8 @@ def worker(config: str, overrides: list[str]) -> None:
     from hydra import compose, initialize_config_module
 
     from marl.cli import register_scenario_options
-    from marl.threads import configure_threads
-    from marl.train import train
+    from marl.loop.train import train
+    from marl.runtime.threads import configure_threads
 
     register_scenario_options()
     with initialize_config_module("marl.configs", version_base=None):

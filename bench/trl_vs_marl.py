@@ -65,7 +65,7 @@ def signal_chats(count: int, seed: int = 0) -> list[tuple[str, str]]:
     """``count`` (system prompt, observation) pairs: round 1 of signal-v0 at successive seeds,
     every agent that must act."""
     import marl
-    from marl.workers import step_seeds
+    from marl.runtime.workers import step_seeds
 
     chats: list[tuple[str, str]] = []
     step = 0
@@ -118,8 +118,8 @@ def run_marl(args: argparse.Namespace) -> list[dict[str, float]]:
     from marl.agents.backends import SamplingConfig
     from marl.agents.backends.hf import HFBackend
     from marl.agents.prompts import prompt_ids
-    from marl.learner import Learner, LearnerSettings
     from marl.protocols.turn import TurnRecord
+    from marl.runtime.learner import Learner, LearnerSettings
 
     model, tokenizer = _load(args)
     backend = HFBackend(model, tokenizer)

@@ -185,7 +185,7 @@ def _play_task(cfg) -> None:  # noqa: ANN001 - Hydra passes a DictConfig
 
 
 def _train_task(cfg) -> None:  # noqa: ANN001
-    from marl.train import train
+    from marl.loop.train import train
 
     _guarded(lambda: _start_threads(cfg) and train(cfg))
 
@@ -194,7 +194,7 @@ def _start_threads(cfg) -> bool:  # noqa: ANN001
     """The process starts: torch threads as ``runtime.threads`` says (default: the cores this
     process may use), with a one-line warning when the machine looks oversubscribed."""
     from marl.config import load_config
-    from marl.threads import configure_threads
+    from marl.runtime.threads import configure_threads
 
     configure_threads(load_config(cfg).runtime.threads)
     return True
@@ -215,7 +215,7 @@ def _guarded(fn: Callable[[], object]) -> None:
 
 
 def _eval(args: Sequence[str]) -> int:
-    from marl.crossplay import main as eval_main
+    from marl.competition.crossplay import main as eval_main
 
     return eval_main(args)
 
@@ -232,7 +232,7 @@ def _fetch_model(args: Sequence[str]) -> int:
 
 
 def _report(args: Sequence[str]) -> int:
-    from marl.report import main as report_main
+    from marl.analysis.report import main as report_main
 
     return report_main(args)
 

@@ -89,7 +89,8 @@ def _policy_config(key: str, value: Any) -> PolicyConfig:
 
 
 def _check_policy(key: str, policy: PolicyConfig) -> None:
-    """Range checks of one policy's own numbers (cross-field checks live in marl.policy_map)."""
+    """Range checks of one policy's own numbers (cross-field checks live in
+    marl.runtime.policy_map)."""
     if policy.num_gpus is not None:
         _positive(f"{key}.num_gpus", policy.num_gpus, allow_zero=True)
         if policy.num_gpus > 1 and policy.num_gpus != int(policy.num_gpus):
@@ -137,7 +138,7 @@ class ScenarioConfig:
 class UpdateSettings:
     """The update's hyper-parameters: the ``algo`` config group (:class:`AlgoConfig` adds the
     estimator's name and checks the values; a learner takes them as they are, in
-    :class:`marl.learner.LearnerSettings`).
+    :class:`marl.runtime.learner.LearnerSettings`).
 
     level:       the policy loss, a name in its registry (``marl.losses.register_policy_loss``);
                  built in: importance ratio per ``token`` (GRPO/PPO) or per ``sequence`` (GSPO,
@@ -243,12 +244,12 @@ class TrainSettings:
     eval_episodes: held-out scenarios played (one episode each, no update) before the first
                    update, after the last and every ``eval_every`` updates (0 = no evaluation).
                    The same seeds every time, disjoint from training's by construction
-                   (``marl.seeding.HELD_OUT_SEEDS``); ``eval/*`` tags.
+                   (``marl.runtime.seeding.HELD_OUT_SEEDS``); ``eval/*`` tags.
     eval_every:    updates between evaluations (0 = only at the start and the end).
     exploitability_every: for a scenario whose rules declare a game tree (Kuhn Poker) and
                    ``agents=llm``: score the first trainable policy exactly as a table of
-                   the game (:mod:`marl.exploitability_log`) before the first update, after
-                   the last and every this many updates; its exploitability, NashConv and
+                   the game (:mod:`marl.competition.exploitability_log`) before the first update,
+                   after the last and every this many updates; its exploitability, NashConv and
                    chips against the Nash and random bots are logged at every step, the last
                    values repeated between scorings (``league/exploitability``,
                    ``league/nash_conv``, ``eval/chips_vs_nash``, ``eval/chips_vs_random``).
@@ -276,7 +277,7 @@ class TrainSettings:
 
 @dataclass
 class WarmupConfig:
-    """The imitation warm-up before RL (:mod:`marl.warmup`), one per trainable policy.
+    """The imitation warm-up before RL (:mod:`marl.loop.warmup`), one per trainable policy.
 
     steps:      supervised steps on transcripts before the first RL step (0 = no warm-up).
     bot:        the scripted bot whose play is imitated: ``format`` (the markup and message style
@@ -290,7 +291,7 @@ class WarmupConfig:
     episodes:   bot episodes played per step (each gives one turn per agent per active round).
     batch_size: turns per forward pass (gradients are accumulated over a step).
     lr:         the warm-up's own AdamW learning rate.
-    data:       a JSONL transcript file to imitate instead of bots (format: marl.warmup).
+    data:       a JSONL transcript file to imitate instead of bots (format: marl.loop.warmup).
     """
 
     steps: int = 0
@@ -325,7 +326,7 @@ class LoggingConfig:
 
 @dataclass
 class EmergenceConfig:
-    """Emergent-communication metrics (``emergence/*``, :mod:`marl.emergence`,
+    """Emergent-communication metrics (``emergence/*``, :mod:`marl.analysis.emergence`,
     docs/emergence.md).
 
     influence_every:   measure listener influence (counterfactual re-simulation, which costs
@@ -335,10 +336,11 @@ class EmergenceConfig:
     influence_samples: null-message branches per speaker and episode (>= 2).
     permutations:      label-permuted copies whose mean MI is subtracted from the speaker MI.
     counterfactuals:   the exact listening measures on held-out scenarios (CIC, influence,
-                       message swap, null message: :mod:`marl.listening`), at every held-out
-                       evaluation: the speaker's replies sampled per label it could have had
-                       (K, default 8); 0 = off. Measured where the scenario allows it (a speaker
-                       with alternative labels, a listener with a finite legal set).
+                       message swap, null message: :mod:`marl.analysis.listening`), at every
+                       held-out evaluation: the speaker's replies sampled per label it could
+                       have had (K, default 8); 0 = off. Measured where the scenario allows
+                       it (a speaker with alternative labels, a listener with a finite legal
+                       set).
     listening_episodes: held-out scenarios the listening measures use (the first of the
                        evaluation's, default 16: about 30 s a measurement for SmolLM2 on a
                        laptop CPU); null = all ``train.eval_episodes``.
@@ -368,7 +370,8 @@ LEAGUE_KINDS = ("self", "latest", "uniform", "pfsp")
 
 @dataclass
 class LeagueConfig:
-    """Self-play against a league of opponents (:mod:`marl.league`, docs/competition.md).
+    """Self-play against a league of opponents (:mod:`marl.competition.league`,
+    docs/competition.md).
 
     Two-player scenarios only, with one trainable full-model policy that plays both seats. Each
     step draws one opponent; in each GRPO group the learner plays one seat (alternating with
@@ -493,17 +496,17 @@ class RayConfig:
 
 @dataclass
 class RuntimeSettings:
-    """How this process uses the machine (:mod:`marl.threads`).
+    """How this process uses the machine (:mod:`marl.runtime.threads`).
 
     threads: torch's CPU threads (``torch.set_num_threads``), set when ``marl train`` or
              ``marl play`` starts; null = the cores this process may use
              (``os.sched_getaffinity``), or ``OMP_NUM_THREADS`` when set. A library call of
-             ``marl.train.train`` applies only an explicit value. When the load average at
+             ``marl.loop.train.train`` applies only an explicit value. When the load average at
              start is above the core count, one line warns that the machine is oversubscribed.
              Ray actors (``ray.enabled``) each run their reserved CPUs
              (``ray.learner_num_cpus``, ``ray.worker_num_cpus``; at least 1) capped by this
              value, in torch and in OMP_NUM_THREADS / MKL_NUM_THREADS
-             (:func:`marl.threads.actor_threads`).
+             (:func:`marl.runtime.threads.actor_threads`).
     """
 
     threads: int | None = None
@@ -529,7 +532,7 @@ class Config:
     resume_allow_scenario_change: resume a checkpoint trained on another scenario (refused
              otherwise, as a likely mistake).
 
-    Policies (``marl.policy_map`` resolves them against the scenario's agents):
+    Policies (``marl.runtime.policy_map`` resolves them against the scenario's agents):
     sharing:         the policies generated for agents that ``policy_map`` leaves out:
                      ``shared`` (one policy, id ``shared``, for all of them), ``independent``
                      (one full policy per agent, id = agent name), ``lora`` (one LoRA adapter

@@ -1,10 +1,11 @@
 """``marl play``: one episode of a scenario, printed as a readable transcript.
 
 With ``agents=llm`` the agents play the same policies ``marl train`` would build for them:
-``sharing``, ``policies`` and ``policy_map`` are resolved by :func:`marl.policy_map.plan_for`
-and the inference side is :class:`marl.policies.InferencePolicies` (a backend per full policy,
-one shared base with an adapter per LoRA policy), so every agent generates with its own
-policy, in one batched call per policy and round.
+``sharing``, ``policies`` and ``policy_map`` are resolved by
+:func:`marl.runtime.policy_map.plan_for` and the inference side is
+:class:`marl.runtime.policies.InferencePolicies` (a backend per full policy, one shared base with an
+adapter per LoRA policy), so every agent generates with its own policy, in one batched call per
+policy and round.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ def play_scripted(scenario: str, bot: str, seed: int, overrides: dict | None = N
 def play_llm(cfg: DictConfig) -> str:
     """Play one episode with the configured policies (as ``marl train`` builds them, before any
     update); returns the transcript."""
-    from marl.policies import InferencePolicies
-    from marl.policy_map import plan_for
-    from marl.rollout import EpisodeSlot, run_episodes
-    from marl.seeding import seed_everything
+    from marl.runtime.policies import InferencePolicies
+    from marl.runtime.policy_map import plan_for
+    from marl.runtime.rollout import EpisodeSlot, run_episodes
+    from marl.runtime.seeding import seed_everything
 
     config = load_config(cfg)
     plan = plan_for(config)  # checked against the scenario's agents before any model loads

@@ -124,16 +124,16 @@ class Rules:
         """The private information a message of ``agent`` could carry, as one short label
         (signal: the target; relay: the agent's digit), or ``None`` when it has none.
 
-        It is the S of the speaker-consistency metric I(M; S) (:mod:`marl.emergence`); it is
-        read when the episode is over, so it must be what the agent knew while it talked."""
+        It is the S of the speaker-consistency metric I(M; S) (:mod:`marl.analysis.emergence`); it
+        is read when the episode is over, so it must be what the agent knew while it talked."""
         return None
 
     def alternative_labels(self, agent: str) -> list[str]:
         """The private labels ``agent`` could have had in this episode, given everything the
         other agents see, each as likely as the scenario draws it (signal: the target could be
         any of the listener's candidates); empty when the scenario does not say. With
-        :meth:`set_private_label`, the listening measures (:mod:`marl.listening`) ask what the
-        speaker would have said in each of them."""
+        :meth:`set_private_label`, the listening measures (:mod:`marl.analysis.listening`) ask what
+        the speaker would have said in each of them."""
         return []
 
     def set_private_label(self, agent: str, label: str) -> None:
@@ -167,7 +167,7 @@ class Rules:
 
         Exact action distributions (:mod:`marl.agents.action_scores`) score each text
         teacher-forced and sum the probabilities of the texts of one action; the emergence
-        measures (:mod:`marl.listening`) and exploitability read policies this way."""
+        measures (:mod:`marl.analysis.listening`) and exploitability read policies this way."""
         return None
 
     def tool_data(self, agent: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     import torch
 
-    from marl.threads import available_cores
+    from marl.runtime.threads import available_cores
 
     threads = max(1, available_cores() // workers)
     torch.set_num_threads(threads)

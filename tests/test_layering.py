@@ -11,6 +11,11 @@ source text alone would miss.
 A static pass over the source (ast) then checks every import statement, including those inside
 functions (deferred) and under ``TYPE_CHECKING``, which the fresh-interpreter check cannot see:
 an upward import anywhere fails it.
+
+Inside the driver the same rule holds between its rooms (:data:`ROOMS`, bottom first): the
+records and the config every part reads, the runtime, the measures (analysis), the
+competition, the training loop, and the command line on top. A module may import its own room
+and the rooms below it, never one above, deferred or not.
 """
 
 from __future__ import annotations
@@ -193,6 +198,86 @@ def source_modules() -> dict[str, Path]:
     return out
 
 
+# The driver's rooms, bottom first: a module may import its own room and those below it.
+ROOMS = (
+    # the records and settings every part reads: the episode record, the errors, the config
+    # schema and the policy-loss registry it checks ``algo.level`` against
+    ("marl.errors", "marl.episodes", "marl.config", "marl.losses"),
+    ("marl.runtime",),  # policies, learners, workers, rollouts, checkpoints, Ray
+    ("marl.analysis",),  # what the records say: metrics, emergence, listening, reports
+    ("marl.competition",),  # leagues, ratings, marl eval, exploitability tracking
+    ("marl.loop",),  # marl train's iteration
+    ("marl.cli", "marl.play"),  # the command line and the interactive game
+)
+
+
+def room_of(module: str) -> int | None:
+    """The floor (index in :data:`ROOMS`) of a driver module; None for another layer or for
+    the ``marl`` package face itself."""
+    for floor, names in enumerate(ROOMS):
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return floor
+    return None
+
+
+def upward_room_imports(source: str, module: str) -> list[str]:
+    """Every import in ``source`` (the text of the driver module ``module``) of a driver room
+    above the module's own."""
+    floor = room_of(module)
+    assert floor is not None, f"{module} is in no room of ROOMS: place it there"
+    package = module if module.endswith(".__init__") else module.rsplit(".", 1)[0]
+    bad = []
+    for line, imported in imported_modules(ast.parse(source), package.removesuffix(".__init__")):
+        target = room_of(imported)
+        if target is not None and target > floor:
+            bad.append(f"{module}:{line} imports {imported} ({ROOMS[target][0]} is above it)")
+    return bad
+
+
+def driver_modules() -> dict[str, Path]:
+    """The driver's own modules (not marl/__init__.py, the package face)."""
+    return {
+        name: path
+        for name, path in source_modules().items()
+        if layer_of(name) == "marl" and name != "marl.__init__"
+    }
+
+
+def test_every_driver_module_is_in_a_room():
+    unplaced = [name for name in driver_modules() if room_of(name) is None]
+    assert unplaced == [], f"driver modules in no room of ROOMS: {unplaced}"
+    assert "marl.runtime.workers" in driver_modules() and "marl.loop.train" in driver_modules()
+
+
+def test_no_driver_module_imports_a_room_above_its_own_even_deferred():
+    bad = [
+        b
+        for name, path in driver_modules().items()
+        for b in upward_room_imports(path.read_text(), name)
+    ]
+    assert bad == [], "imports of a room above:\n" + "\n".join(bad)
+
+
+def test_the_room_pass_sees_deferred_and_type_checking_imports():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from marl.episodes import EpisodeRecord\n"
+        "if TYPE_CHECKING:\n"
+        "    from marl.loop.train import train\n"
+        "def f():\n"
+        "    from marl.analysis.emergence import tracker_for\n"
+        "    from ..competition import league\n"
+        "    from marl.runtime.policies import InferencePolicies\n"
+    )
+    assert upward_room_imports(source, "marl.runtime.workers") == [
+        "marl.runtime.workers:4 imports marl.loop.train.train (marl.loop is above it)",
+        "marl.runtime.workers:6 imports marl.analysis.emergence.tracker_for"
+        " (marl.analysis is above it)",
+        "marl.runtime.workers:7 imports marl.competition.league (marl.competition is above it)",
+    ]
+    assert upward_room_imports(source, "marl.cli") == []  # the command line is on top
+
+
 def test_no_module_imports_above_its_layer_even_deferred_or_for_type_checking():
     modules = source_modules()
     assert "marl.scenarios.validation" in modules and "marl.credit.apply" in modules
@@ -218,4 +303,4 @@ def test_the_static_pass_sees_deferred_and_type_checking_imports():
         "marl.credit.example:8 imports marl.scenarios.base",
         "marl.credit.example:9 imports marl.agents.generation",
     ]
-    assert upward_imports(source, "marl.train") == []  # the driver may import every layer
+    assert upward_imports(source, "marl.loop.train") == []  # the driver may import every layer

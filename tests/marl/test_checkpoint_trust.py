@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 import torch
 
-from marl.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from marl.errors import RunError
-from marl.seeding import rng_states, set_rng_states
-from marl.train import train
+from marl.loop.train import train
+from marl.runtime.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from marl.runtime.seeding import rng_states, set_rng_states
 
 TESTS = Path(__file__).resolve().parent
 STATE_FILE = "state.pt"
@@ -247,8 +247,8 @@ def test_temporaries_of_killed_saves_are_removed_by_the_next_save(tmp_path: Path
 KILL_LOOP = textwrap.dedent(
     """
     import random, torch
-    from marl.checkpoint import save_checkpoint
-    from marl.seeding import rng_states
+    from marl.runtime.checkpoint import save_checkpoint
+    from marl.runtime.seeding import rng_states
     model = torch.nn.Linear(1000, 1000)  # 4 MB: the kill lands inside a save
     optimizer = torch.optim.AdamW(model.parameters())
     state = {{
@@ -473,7 +473,7 @@ KILL_BETWEEN_RENAMES = textwrap.dedent(
     """
     import os, signal, sys
     import torch
-    from marl.checkpoint import load_checkpoint, save_checkpoint
+    from marl.runtime.checkpoint import load_checkpoint, save_checkpoint
     run = sys.argv[1]
     state = load_checkpoint(sys.argv[2])
     for step in (1, 2):

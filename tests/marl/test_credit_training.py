@@ -21,7 +21,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from marl.train import train
+from marl.loop.train import train
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from marl.crossplay import competitive_cells, crossplay, games_of, write_results
+from marl.competition.crossplay import competitive_cells, crossplay, games_of, write_results
+from marl.competition.players import Player, build_backends, parse_players
 from marl.errors import RunError
-from marl.players import Player, build_backends, parse_players
 
 
 def test_players_are_parsed_and_bad_ones_named(tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_the_same_bot_twice_is_numbered_and_labels_are_checked(tmp_path: Path) -
 
 
 def test_eval_help_prints_percent_signs_once(capsys: pytest.CaptureFixture) -> None:
-    from marl.crossplay import main
+    from marl.competition.crossplay import main
 
     with pytest.raises(SystemExit) as done:
         main(["--help"])
@@ -245,7 +245,7 @@ def test_eval_reads_the_checkpoints_sampling_through_the_config_schema() -> None
     from argparse import Namespace
 
     from marl.agents.backends import SamplingConfig
-    from marl.crossplay import _sampling
+    from marl.competition.crossplay import _sampling
 
     no_flags = Namespace(max_new_tokens=None, temperature=None)
     assert _sampling({}, no_flags) == SamplingConfig()

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_module
 
 from marl.cli import register_scenario_options
 from marl.config import Config, load_config
-from marl.policy_map import plan_for
+from marl.runtime.policy_map import plan_for
 
 
 def load(name: str, *overrides: str) -> Config:
@@ -74,7 +74,7 @@ def test_code_is_the_demo_on_a_code_drawn_from_the_run_seed_with_a_format_only_w
 def test_code_trains_one_step_with_a_tiny_model(tmp_path: Path) -> None:
     import torch
 
-    from marl.train import train
+    from marl.loop.train import train
 
     register_scenario_options()
     overrides = [

@@ -17,16 +17,17 @@ from typing import Any
 import pytest
 from pettingzoo import ParallelEnv
 
+from marl.analysis.emergence import emergence_metrics
+from marl.analysis.evaluation import evaluation_metrics
+from marl.analysis.metrics import rollout_metrics
+from marl.competition.outcomes import outcome_metrics
 from marl.config import load_config
 from marl.credit import RecordedEpisode
-from marl.credit_phase import credit_phase, merge_credit
-from marl.emergence import emergence_metrics
-from marl.evaluation import evaluation_metrics
-from marl.metrics import rollout_metrics
-from marl.outcomes import outcome_metrics
-from marl.rollout import RolloutResult
+from marl.loop.credit_phase import credit_phase
+from marl.runtime.resimulation import merge_credit
+from marl.runtime.rollout import RolloutResult
+from marl.runtime.workers import RolloutWorker
 from marl.scenarios.transcript import render_transcript
-from marl.workers import RolloutWorker
 
 
 def _worker(scenario: str = "relay", bot: str = "rule") -> RolloutWorker:
@@ -153,8 +154,8 @@ def test_worker_credit_is_a_pure_function_of_step_and_episodes() -> None:
     resamples is seeded by the step, not by how many calls the worker has made)."""
     import torch
 
-    from marl.policy_map import plan_for
-    from marl.runtime import LocalRuntime
+    from marl.runtime.local import LocalRuntime
+    from marl.runtime.policy_map import plan_for
 
     scenario = {"system_prompt": "", "agents": ["a0", "a1"], "params": {"target": "E"}}
     config = load_config(

@@ -30,10 +30,10 @@ import torch
 import yaml
 
 from marl.agents.models import ModelSpec, load_model
-from marl.checkpoint import MANIFEST_FILE, STATE_FILE, save_checkpoint
 from marl.cli import main
 from marl.errors import RunError
-from marl.seeding import rng_states
+from marl.runtime.checkpoint import MANIFEST_FILE, STATE_FILE, save_checkpoint
+from marl.runtime.seeding import rng_states
 
 
 def tiny_weights(**fields: object) -> dict:
@@ -157,7 +157,7 @@ def test_a_rules_module_named_by_a_checkpoint_is_never_imported(
 def test_eval_listening_does_not_import_a_checkpoints_rules_module(
     tmp_path: Path, capsys: pytest.CaptureFixture, user_module: tuple[str, Path]
 ) -> None:
-    from marl.role_eval import load_pairs
+    from marl.competition.role_eval import load_pairs
 
     module, marker = user_module
     scenario = {"name": "signal", "overrides": {"rules_module": module}}
@@ -188,7 +188,7 @@ def test_a_huge_model_in_a_checkpoint_is_refused_before_it_is_built(
 def test_a_model_under_the_cap_but_larger_than_its_weights_is_refused(tmp_path: Path) -> None:
     """The weights must fill the model, so a model far larger than them is not what was saved,
     even under the absolute cap (here 256 x 8 layers, about 5.4 million parameters)."""
-    from marl.checkpoint import saved_model_spec
+    from marl.runtime.checkpoint import saved_model_spec
 
     with pytest.raises(RunError, match="config.model.hidden_size 256, config.model.num_layers 8"):
         saved_model_spec(

@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from marl.evaluation import due, evaluation_successes, paired_metrics
-from marl.hparams import read_session
-from marl.seeding import HELD_OUT_SEEDS
-from marl.train import train
-from marl.workers import eval_seeds, step_seeds
+from marl.analysis.evaluation import due, evaluation_successes, paired_metrics
+from marl.analysis.hparams import read_session
+from marl.loop.train import train
+from marl.runtime.seeding import HELD_OUT_SEEDS
+from marl.runtime.workers import eval_seeds, step_seeds
 
 
 def test_eval_seeds_are_fixed_and_never_trained_on() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from marl.train import train
+from marl.loop.train import train
 
 
 def config(scenario: dict) -> dict:

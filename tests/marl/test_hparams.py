@@ -15,10 +15,10 @@ from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict, read_write
 
+from marl.analysis.hparams import flatten_overrides, read_session, session_end
+from marl.analysis.report import find_runs, load_runs
 from marl.cli import register_scenario_options
-from marl.hparams import flatten_overrides, read_session, session_end
-from marl.report import find_runs, load_runs
-from marl.train import train
+from marl.loop.train import train
 
 STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
 OVERRIDES = [
@@ -212,7 +212,7 @@ def test_the_hparams_plugin_shows_and_filters_a_sweep(tmp_path: Path, hydra_job)
 
 
 def test_a_failed_run_closes_its_session_as_failed(tmp_path: Path, hydra_job) -> None:
-    from marl.tensorboard import TensorBoardLogger
+    from marl.analysis.tensorboard import TensorBoardLogger
 
     logger = TensorBoardLogger(tmp_path / "tensorboard")
     logger.start_session({"seed": 3, "algo": "grpo"})
@@ -229,7 +229,7 @@ def test_a_failed_run_closes_its_session_as_failed(tmp_path: Path, hydra_job) ->
 
 
 def test_without_tensorboard_no_session_is_written(tmp_path: Path) -> None:
-    from marl.tensorboard import TensorBoardLogger
+    from marl.analysis.tensorboard import TensorBoardLogger
 
     logger = TensorBoardLogger(tmp_path / "tensorboard", enabled=False)
     logger.start_session({"seed": 0})

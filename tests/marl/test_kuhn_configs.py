@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 
 from marl.cli import register_scenario_options
 from marl.config import Config, load_config
-from marl.policy_map import plan_for
+from marl.runtime.policy_map import plan_for
 
 
 def load(*overrides: str) -> Config:
@@ -48,7 +48,7 @@ def test_the_bot_presets_change_only_the_opponent(bot: str) -> None:
 def test_the_warmup_teaches_the_format_with_uniform_moves_whatever_the_card() -> None:
     """Kuhn Poker's ``format`` bot is the random bot: over many warm-up turns the aggressive
     move (bet, call) is taken about half the time with every card, so no card tells it more."""
-    from marl.warmup import bot_turns
+    from marl.loop.warmup import bot_turns
 
     config = load("model=tiny")
     assert config.warmup.steps > 0 and config.warmup.bot == "format"
@@ -70,7 +70,7 @@ def test_the_warmup_teaches_the_format_with_uniform_moves_whatever_the_card() ->
 def test_one_step_against_the_nash_bot_with_the_tiny_model(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from marl.train import train
+    from marl.loop.train import train
 
     register_scenario_options()
     overrides = [

@@ -14,11 +14,11 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from marl.competition.league import LEAGUE_POLICY, League
 from marl.config import ConfigError, LeagueConfig, load_config
-from marl.credit_phase import credit_phase
-from marl.league import LEAGUE_POLICY, League
-from marl.runtime import LocalRuntime
-from marl.train import _league_matchup, check_config, train
+from marl.loop.credit_phase import credit_phase
+from marl.loop.train import _league_matchup, check_config, train
+from marl.runtime.local import LocalRuntime
 
 AGENTS = ["alice", "bob"]
 
@@ -78,7 +78,7 @@ def test_pfsp_prefers_the_opponents_the_learner_loses_to(tmp_path: Path) -> None
     beaten = SimpleNamespace(group_id=0, returns={"alice": 2.0, "bob": -2.0})
     lost = SimpleNamespace(group_id=0, returns={"alice": -2.0, "bob": 2.0})
     seats = ["alice"]
-    from marl.league import Matchup
+    from marl.competition.league import Matchup
 
     league.record(Matchup("pfsp", "snapshot_0", seats, policy=LEAGUE_POLICY), [beaten] * 8)
     league.record(Matchup("pfsp", "snapshot_1", seats, policy=LEAGUE_POLICY), [lost] * 8)
@@ -99,7 +99,7 @@ def test_pool_keeps_its_size_and_the_initial_snapshot(tmp_path: Path) -> None:
 
 
 def test_results_follow_the_zero_sum_contract_and_move_the_elo(tmp_path: Path) -> None:
-    from marl.league import Matchup
+    from marl.competition.league import Matchup
 
     league = _league(tmp_path, mix={"bot_rule": 1.0, "self": 1.0}, elo_k=32)
     episodes = [

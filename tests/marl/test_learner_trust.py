@@ -18,11 +18,11 @@ import torch
 from marl.agents.backends import SamplingConfig
 from marl.agents.logprobs import sequence_logprobs
 from marl.agents.models import ModelSpec, load_model
-from marl.checkpoint import load_checkpoint
 from marl.errors import RunError
-from marl.learner import Learner, LearnerSettings, NonFiniteUpdateError, nonfinite_tensors
+from marl.loop.train import train
 from marl.protocols.turn import TurnRecord
-from marl.train import train
+from marl.runtime.checkpoint import load_checkpoint
+from marl.runtime.learner import Learner, LearnerSettings, NonFiniteUpdateError, nonfinite_tensors
 
 EXCHANGES = [  # (prompt, response, advantage)
     ("Say a colour:", " red", 1.0),
@@ -175,7 +175,7 @@ def test_cli_reports_nonfinite_stop_in_one_line(tmp_path: Path) -> None:
 
 
 def test_checkpoint_refuses_nonfinite_state() -> None:
-    from marl.train import _refuse_nonfinite
+    from marl.loop.train import _refuse_nonfinite
 
     good = {"weights": {"w": torch.ones(3)}, "learner": {"optimizer": {"state": {}}}}
     _refuse_nonfinite({"shared": good}, step=4)

@@ -1,5 +1,5 @@
-"""Exact listening measures (marl.listening) on the real signal scenario: scripted speakers and
-listeners with known answers, and the tiny model through the HF sampler and scorer."""
+"""Exact listening measures (marl.analysis.listening) on the real signal scenario: scripted speakers
+and listeners with known answers, and the tiny model through the HF sampler and scorer."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from marl.analysis.listening import LISTENING_METRICS, hf_sampler, hf_scorer, kl_bits
+from marl.analysis.listening import listening_per_scenario as measure
 from marl.errors import RunError
-from marl.listening import LISTENING_METRICS, hf_sampler, hf_scorer, kl_bits
-from marl.listening import listening_per_scenario as measure
 from marl.scenarios.registry import make
 
 SEEDS = list(range(40))
@@ -171,7 +171,7 @@ def test_marl_train_logs_the_listening_measures_at_each_held_out_evaluation(
 ) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from marl.train import train
+    from marl.loop.train import train
 
     config = {
         "scenario": {"name": "signal-v1", "overrides": {}},
@@ -199,9 +199,9 @@ def test_marl_train_logs_the_listening_measures_at_each_held_out_evaluation(
 
 
 def test_the_listening_measures_stay_off_where_they_do_not_apply(tmp_path: Path) -> None:
+    from marl.analysis.listening_log import listening_tracker, measurable
     from marl.config import load_config
-    from marl.listening_log import listening_tracker, measurable
-    from marl.policy_map import plan_for
+    from marl.runtime.policy_map import plan_for
 
     assert measurable("signal-v1", {}) and measurable("signal-v0", {})
     assert not measurable("unison", {}) and not measurable("kuhn-poker-v0", {})
@@ -213,7 +213,7 @@ def test_marl_eval_listening_on_lora_runs_writes_the_role_matrix_and_the_measure
     tmp_path: Path,
 ) -> None:
     from marl.cli import main
-    from marl.train import train
+    from marl.loop.train import train
 
     config = {
         "scenario": {"name": "signal-v1", "overrides": {}},

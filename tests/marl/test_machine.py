@@ -16,9 +16,9 @@ import marl.agents.precision as precision
 from marl.agents.models import ModelSpec
 from marl.cli import register_scenario_options
 from marl.config import Config, load_config
-from marl.machine import cpu_name, fit_machine
-from marl.policy_map import assign_gpus
-from marl.train import check_config, train
+from marl.loop.train import check_config, train
+from marl.runtime.machine import cpu_name, fit_machine
+from marl.runtime.policy_map import assign_gpus
 
 SHIPPED = ["train", "demo", "demo_full"]
 
@@ -143,7 +143,7 @@ def test_a_run_prints_its_devices_once_and_records_the_resolved_dtype(
     }
     train(config, run_dir=tmp_path)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("devices:")]
-    # The whole line, the CPU's name included as marl.machine reads it (names such as
+    # The whole line, the CPU's name included as marl.runtime.machine reads it (names such as
     # "Intel(R) Xeon(R) Processor" hold parentheses of their own).
     assert lines == [
         f"devices: CPU ({cpu_name()}); dtype float32 (auto: the tiny test model stays float32)"

@@ -10,8 +10,8 @@ import torch
 
 from marl.agents.models import ModelSpec, load_model
 from marl.config import ConfigError, load_config
-from marl.learner import Learner, LearnerSettings
 from marl.losses import aggregation_denominator
+from marl.runtime.learner import Learner, LearnerSettings
 
 from .test_shared_prompts import _relative, _turns
 

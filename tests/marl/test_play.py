@@ -25,11 +25,11 @@ def play(**overrides: Any) -> str:
 
 def test_the_default_shared_policy_plays_as_one_backend_did() -> None:
     """Behaviour kept: the plan's one ``shared`` policy is the single backend play used."""
-    from marl.policies import build_backend
-    from marl.rollout import EpisodeSlot, run_episodes
+    from marl.runtime.policies import build_backend
+    from marl.runtime.rollout import EpisodeSlot, run_episodes
+    from marl.runtime.seeding import seed_everything
     from marl.scenarios.registry import make
     from marl.scenarios.transcript import render_header, render_transcript
-    from marl.seeding import seed_everything
 
     config = load_config(BASE)
     seed_everything(config.seed)

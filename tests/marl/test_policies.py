@@ -14,14 +14,14 @@ import torch
 from hydra import compose, initialize_config_module
 
 from marl.agents.logprobs import sequence_logprobs
-from marl.checkpoint import load_checkpoint
 from marl.cli import register_scenario_options
 from marl.config import Config, ConfigError, load_config
-from marl.credit_phase import credit_phase
-from marl.policies import PolicyLearner, adapter_active
-from marl.policy_map import assign_gpus, plan_for, resolve_policies
-from marl.runtime import LocalRuntime
-from marl.train import train
+from marl.loop.credit_phase import credit_phase
+from marl.loop.train import train
+from marl.runtime.checkpoint import load_checkpoint
+from marl.runtime.local import LocalRuntime
+from marl.runtime.policies import PolicyLearner, adapter_active
+from marl.runtime.policy_map import assign_gpus, plan_for, resolve_policies
 
 AGENTS = ["a", "b", "c", "d"]
 
@@ -406,7 +406,7 @@ def test_lora_agents_on_one_base_generate_in_one_call_with_their_own_adapters() 
     per round, each row under its agent's adapter, and get what a call of their own gives."""
     from marl.agents.backends import SamplingConfig
     from marl.agents.generation import PromptRequest, generate_by_policy
-    from marl.policies import InferencePolicies
+    from marl.runtime.policies import InferencePolicies
 
     loaded = load_config(config(sharing="lora"))
     plan = plan_for(loaded)

@@ -15,7 +15,6 @@ from hydra import compose, initialize_config_module
 from marl.agents.models import ModelSpec, load_model
 from marl.cli import register_scenario_options
 from marl.config import AlgoConfig, Config, ConfigError, load_config
-from marl.learner import Learner, LearnerSettings
 from marl.losses import (
     AGGREGATIONS,
     POLICY_LOSSES,
@@ -25,6 +24,7 @@ from marl.losses import (
     ratio_unit,
     register_policy_loss,
 )
+from marl.runtime.learner import Learner, LearnerSettings
 
 from .test_shared_prompts import _turns
 

@@ -1,5 +1,6 @@
-"""marl.ratings: the win/draw/loss contract, Elo by hand, Bradley-Terry by maximum likelihood
-(checked against the likelihood's own gradient and against known strengths), bootstrap."""
+"""marl.competition.ratings: the win/draw/loss contract, Elo by hand, Bradley-Terry by maximum
+likelihood (checked against the likelihood's own gradient and against known strengths),
+bootstrap."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import random
 
 import pytest
 
-from marl.ratings import (
+from marl.analysis.stats import wilson
+from marl.competition.ratings import (
     EloTracker,
     Game,
     bootstrap_ratings,
@@ -17,7 +19,6 @@ from marl.ratings import (
     outcome,
 )
 from marl.scenarios.zero_sum import outcomes
-from marl.stats import wilson
 
 
 def test_outcome_contract() -> None:

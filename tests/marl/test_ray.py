@@ -19,11 +19,11 @@ import torch
 ray = pytest.importorskip("ray")
 
 from marl.config import load_config  # noqa: E402
-from marl.credit_phase import credit_phase  # noqa: E402
-from marl.policy_map import plan_for  # noqa: E402
-from marl.ray_runtime import RayRuntime  # noqa: E402
-from marl.runtime import LocalRuntime  # noqa: E402
-from marl.train import train  # noqa: E402
+from marl.loop.credit_phase import credit_phase  # noqa: E402
+from marl.loop.train import train  # noqa: E402
+from marl.runtime.local import LocalRuntime  # noqa: E402
+from marl.runtime.policy_map import plan_for  # noqa: E402
+from marl.runtime.ray_runtime import RayRuntime  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

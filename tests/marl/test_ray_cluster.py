@@ -15,8 +15,8 @@ import torch
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
-from marl.checkpoint import load_checkpoint  # noqa: E402
-from marl.train import train  # noqa: E402
+from marl.loop.train import train  # noqa: E402
+from marl.runtime.checkpoint import load_checkpoint  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -25,12 +25,12 @@ ray = pytest.importorskip("ray")
 
 from marl.config import load_config  # noqa: E402
 from marl.credit import compute_credit  # noqa: E402
-from marl.credit_phase import credit_phase  # noqa: E402
-from marl.policy_map import plan_for  # noqa: E402
-from marl.ray_runtime import RayRuntime  # noqa: E402
-from marl.runtime import LocalRuntime  # noqa: E402
+from marl.loop.credit_phase import credit_phase  # noqa: E402
+from marl.runtime.local import LocalRuntime  # noqa: E402
+from marl.runtime.policy_map import plan_for  # noqa: E402
+from marl.runtime.ray_runtime import RayRuntime  # noqa: E402
+from marl.runtime.workers import RolloutWorker  # noqa: E402
 from marl.scenarios.registry import make  # noqa: E402
-from marl.workers import RolloutWorker  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

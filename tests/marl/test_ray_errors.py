@@ -19,7 +19,7 @@ from ray.exceptions import RayTaskError  # noqa: E402
 
 from marl.cli import _guarded  # noqa: E402
 from marl.errors import remote_cause  # noqa: E402
-from marl.learner import NonFiniteUpdateError  # noqa: E402
+from marl.runtime.learner import NonFiniteUpdateError  # noqa: E402
 
 MESSAGE = "policy 'shared': 3 optimizer steps in a row met a non-finite value"
 

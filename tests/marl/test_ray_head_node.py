@@ -30,8 +30,8 @@ from hydra import compose, initialize_config_module  # noqa: E402
 
 from marl.cli import register_scenario_options  # noqa: E402
 from marl.errors import RunError  # noqa: E402
-from marl.ray_runtime import can_place  # noqa: E402
-from marl.train import train  # noqa: E402
+from marl.loop.train import train  # noqa: E402
+from marl.runtime.ray_runtime import can_place  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.subprocess]
 

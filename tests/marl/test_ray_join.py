@@ -37,9 +37,9 @@ from ray.exceptions import AuthenticationError  # noqa: E402
 
 from marl.cli import register_scenario_options  # noqa: E402
 from marl.config import RayConfig, load_config  # noqa: E402
-from marl.policy_map import plan_for  # noqa: E402
-from marl.ray_join import host_port, join_failure, probe  # noqa: E402
-from marl.ray_runtime import can_place, suggest_fit  # noqa: E402
+from marl.runtime.policy_map import plan_for  # noqa: E402
+from marl.runtime.ray_join import host_port, join_failure, probe  # noqa: E402
+from marl.runtime.ray_runtime import can_place, suggest_fit  # noqa: E402
 
 MARL = str(Path(sys.executable).with_name("marl"))
 RAY = str(Path(sys.executable).with_name("ray"))

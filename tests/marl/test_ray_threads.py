@@ -11,9 +11,9 @@ import torch
 ray = pytest.importorskip("ray")
 
 from marl.config import load_config  # noqa: E402
-from marl.policy_map import plan_for  # noqa: E402
-from marl.ray_runtime import RayRuntime  # noqa: E402
-from marl.threads import actor_threads  # noqa: E402
+from marl.runtime.policy_map import plan_for  # noqa: E402
+from marl.runtime.ray_runtime import RayRuntime  # noqa: E402
+from marl.runtime.threads import actor_threads  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from torch.utils.tensorboard import SummaryWriter
 
+from marl.analysis.report import main
+from marl.analysis.stats import mean_ci, t_quantile
 from marl.errors import RunError
-from marl.report import main
-from marl.stats import mean_ci, t_quantile
 
 
 def fake_run(root: Path, name: str, lr: float, seed: int, rewards: list[float]) -> None:
@@ -63,7 +63,7 @@ def test_the_plot_has_whole_step_ticks_and_its_legend_off_the_curves(tmp_path: P
     no curve, and the saved PNG includes it."""
     from matplotlib.transforms import Bbox
 
-    from marl.report import draw, find_runs, load_runs
+    from marl.analysis.report import draw, find_runs, load_runs
 
     fake_run(tmp_path, "a0", 0.1, 0, [0.0, 0.5, 1.0])
     fake_run(tmp_path, "a1", 0.1, 1, [0.0, 0.3, 0.8])

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from marl.hparams import read_session
-from marl.report import group_labels
-from marl.stats import mean_ci
+from marl.analysis.hparams import read_session
+from marl.analysis.report import group_labels
+from marl.analysis.stats import mean_ci
 
 AXIS = "scenario.overrides.reward.cooperation"
 

@@ -17,8 +17,8 @@ from marl.agents.logprobs import (
     sequence_logprobs,
 )
 from marl.agents.models import ModelSpec, load_model
-from marl.learner import Learner, LearnerSettings, prompts_together
 from marl.protocols.turn import TurnRecord
+from marl.runtime.learner import Learner, LearnerSettings, prompts_together
 
 # (prompt, response, advantage): three prompts shared by a group, two of other lengths, one
 # response of a single token (no response forward on the cache) and one long response
@@ -233,7 +233,7 @@ def test_length_buckets_skip_padding_and_keep_the_values() -> None:
 
 def test_algo_share_prompts_switches_the_update_and_the_hf_prefill() -> None:
     from marl.config import load_config
-    from marl.policies import build_backend, learner_settings
+    from marl.runtime.policies import build_backend, learner_settings
 
     for value in (True, False):
         config = load_config({"algo": {"share_prompts": value}})
@@ -244,7 +244,7 @@ def test_algo_share_prompts_switches_the_update_and_the_hf_prefill() -> None:
 
 @pytest.mark.slow
 def test_training_with_sharing_off_still_trains(tmp_path) -> None:
-    from marl.train import train
+    from marl.loop.train import train
 
     metrics = train(
         {
@@ -335,7 +335,7 @@ def test_prefix_clusters() -> None:
 
 
 def test_warmup_imitation_loss_is_the_same_with_shared_prompts() -> None:
-    from marl.warmup import imitation_loss
+    from marl.loop.warmup import imitation_loss
 
     model, tok = load_model(ModelSpec(kind="tiny", seed=7))
     turns = _prefix_turns(model, tok)

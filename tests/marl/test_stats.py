@@ -1,4 +1,4 @@
-"""marl.stats against hand-derived values, published t tables and exact enumeration."""
+"""marl.analysis.stats against hand-derived values, published t tables and exact enumeration."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from marl.stats import mcnemar, mean_ci, mean_interval, seed_clustered, t_quantile, wilson
+from marl.analysis.stats import mcnemar, mean_ci, mean_interval, seed_clustered, t_quantile, wilson
 
 Z95 = 1.959963984540054  # the two-sided 95% normal quantile
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from marl.stats import wilson
-from marl.summary import RunSummary
+from marl.analysis.stats import wilson
+from marl.analysis.summary import RunSummary
 
 
 def test_wilson_interval_known_values() -> None:

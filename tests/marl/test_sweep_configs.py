@@ -148,7 +148,7 @@ AXES = {
 def check_point(name: str, point: list[str]) -> tuple:
     """Compose one point, validate it as ``marl train`` would before building anything, build
     its scenario; returns what makes the run distinct."""
-    from marl.train import check_config
+    from marl.loop.train import check_config
 
     config = load_config(composed(f"+sweep={name}", *point))
     check_config(config)  # the policy plan and the checks made before anything is built

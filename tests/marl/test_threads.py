@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from marl.config import ConfigError, load_config
-from marl.threads import (
+from marl.runtime.threads import (
     actor_threads,
     available_cores,
     configure_threads,
@@ -92,8 +92,13 @@ def _marl(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     )
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
-        timeout=300, check=False,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+        check=False,
     )
 
 

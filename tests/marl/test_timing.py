@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from marl.timing import StepTimer
+from marl.loop.timing import StepTimer
 
 
 def test_each_phase_is_timed_and_the_step_time_covers_them_all() -> None:

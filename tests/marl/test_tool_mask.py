@@ -21,12 +21,12 @@ import pytest
 import torch
 
 import marl
-import marl.learner as learner_module
+import marl.runtime.learner as learner_module
 from marl.agents.backends import SamplingConfig
 from marl.agents.models import ModelSpec, load_model
-from marl.learner import Learner, LearnerSettings
 from marl.protocols.turn import TurnRecord
-from marl.rollout import EpisodeSlot, run_episodes
+from marl.runtime.learner import Learner, LearnerSettings
+from marl.runtime.rollout import EpisodeSlot, run_episodes
 
 _spec = importlib.util.spec_from_file_location(
     "tool_policy", Path(__file__).resolve().parents[1] / "agents" / "tool_policy.py"

@@ -12,8 +12,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from marl.agents.models import ModelSpec, load_model
-from marl.checkpoint import load_checkpoint
-from marl.train import train
+from marl.loop.train import train
+from marl.runtime.checkpoint import load_checkpoint
 
 
 def tool_config(steps: int = 2) -> dict:

@@ -7,7 +7,7 @@ import math
 
 from marl.agents.models import ModelSpec, load_model
 from marl.config import Config
-from marl.warmup import Imitator, bot_turns, encode_turn, response_mask
+from marl.loop.warmup import Imitator, bot_turns, encode_turn, response_mask
 
 
 def _turns():

@@ -13,8 +13,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from marl.agents.models import ModelSpec, load_model
-from marl.checkpoint import load_checkpoint
-from marl.train import train
+from marl.loop.train import train
+from marl.runtime.checkpoint import load_checkpoint
 
 
 def tiny_config(**overrides: object) -> dict:
@@ -141,7 +141,7 @@ def test_cli_train_writes_tensorboard_events(tmp_path: Path) -> None:
         assert events.Scalars("perf/step_time")[step].value >= 0.999 * sum(times)
     assert any(tag.startswith("transcripts/") for tag in events.Tags()["tensors"])
     # the HParams session: the command line's overrides and the final metrics (docs/sweeps.md)
-    from marl.hparams import read_session
+    from marl.analysis.hparams import read_session
 
     hparams, finals, status = read_session(run_dir / "tensorboard")
     assert status == "success"

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from marl.config import ConfigError, load_config
-from marl.policy_map import plan_for
-from marl.runtime import LocalRuntime
-from marl.warmup import Imitator, bot_turns, encode_turn, read_transcripts, run_warmup
+from marl.loop.warmup import Imitator, bot_turns, encode_turn, read_transcripts, run_warmup
+from marl.runtime.local import LocalRuntime
+from marl.runtime.policy_map import plan_for
 
 BASE = {
     "model": {"kind": "tiny"},
@@ -101,7 +101,7 @@ def test_transcript_file(tmp_path: Path) -> None:
 
 
 def test_bad_warmup_settings_name_the_key() -> None:
-    from marl.train import check_config
+    from marl.loop.train import check_config
 
     with pytest.raises(ConfigError, match="warmup.lr"):
         load_config({**BASE, "warmup": {"steps": 1, "lr": float("nan")}})
@@ -126,7 +126,7 @@ def test_only_the_named_agents_are_imitated() -> None:
 
 
 def test_unknown_warmup_agents_name_the_key() -> None:
-    from marl.train import check_config
+    from marl.loop.train import check_config
 
     with pytest.raises(ConfigError, match="warmup.agents: no agent 'lisener'"):
         check_config(load_config({**BASE, "warmup": {"steps": 1, "agents": ["lisener"]}}))

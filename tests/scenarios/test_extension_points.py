@@ -158,7 +158,7 @@ def test_a_rules_module_named_in_yaml_is_imported_and_its_rules_play(user_rules:
 
 def test_a_rules_module_named_in_the_config_is_imported(user_rules: Path) -> None:
     from marl.config import load_config
-    from marl.policy_map import plan_for
+    from marl.runtime.policy_map import plan_for
 
     doc = yaml.safe_load(user_rules.read_text())
     del doc["rules_module"]

@@ -69,11 +69,11 @@ def test_bad_schedules_name_the_key(schedule: object, key: str) -> None:
 
 def test_shaping_moves_credit_by_the_bonus_and_leaves_the_outcome_alone() -> None:
     """Through the trainer's credit phase: credit = return + bonus, team/reward unchanged."""
+    from marl.competition.outcomes import episode_bonuses, outcome_metrics
     from marl.credit import CreditConfig
-    from marl.credit_phase import credit_phase
-    from marl.outcomes import episode_bonuses, outcome_metrics
+    from marl.loop.credit_phase import credit_phase
     from marl.protocols.turn import TurnRecord
-    from marl.rollout import EpisodeSlot, RolloutResult
+    from marl.runtime.rollout import EpisodeSlot, RolloutResult
 
     slots, turns = [], []
     for e in range(2):

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import marl
+from marl.analysis.stats import mean_ci
 from marl.scenarios.builtin.bargain import parse_bargain_action
 from marl.scenarios.builtin.kuhn_poker import (
     CARDS,
@@ -30,7 +31,6 @@ from marl.scenarios.builtin.kuhn_poker import (
 from marl.scenarios.conformance import check_scenario, check_zero_sum, play_match
 from marl.scenarios.registry import make
 from marl.scenarios.zero_sum import is_zero_sum, outcomes, pick_word
-from marl.stats import mean_ci
 
 ZERO_SUM = [n for n in marl.list_scenarios() if is_zero_sum(marl.make(n).spec)]
 

@@ -44,48 +44,32 @@ import copy
 import functools
 import math
 import random
-import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from statistics import fmean
 from typing import Any
 
-from marl.credit.counterfactual import (
-    Branch,
-    Generate,
-    GenerationRequest,
-    Intervention,
-    RecordedEpisode,
-    Resimulator,
-)
-from marl.protocols.graphs import build_graph
-from marl.protocols.markup import parse_completion
+from marl.credit.counterfactual import Generate, Resimulator
+from marl.episodes import EmergenceEpisode, TalkTurn, as_emergence_episodes, normalise
+from marl.runtime.resimulation import Effects, influence_effects
 
 __all__ = [
     "INFLUENCE_METRICS",
-    "Effects",
-    "EmergenceEpisode",
     "STOP_WORDS",
     "EmergenceTracker",
-    "TalkTurn",
     "content_words",
     "corrected_mutual_information",
     "aggregate_influence",
     "edge_key",
-    "emergence_episode",
     "emergence_metrics",
     "entropy_bits",
-    "influence_effects",
-    "influence_generate",
     "js_divergence_bits",
     "listener_influence",
     "message_metrics",
     "mutual_information_bits",
-    "normalise",
     "permutation_mutual_information",
     "speaker_consistency",
-    "talk_turns",
     "tracker_for",
     "vocabulary_drift",
     "word_distributions",
@@ -122,44 +106,9 @@ PREFIX = "emergence/"
 
 
 # --- plain data -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TalkTurn:
-    """One round in which ``agent`` could talk, what it sent and what was delivered.
-
-    neighbours: whom it could message this round (its out-edges, cut edges included).
-    messages:   every message delivered, as ``(text, receivers)``; empty = nothing arrived.
-    label:      the agent's private label (:meth:`Rules.private_label`), or None.
-    sent:       every message it sent, as parsed from its reply (before the router's budget,
-                noise and cut edges), as ``(text, receivers)`` with the receivers it addressed
-                (all its neighbours for a plain ``SAY:``); empty = silence. The message
-                statistics read ``messages``, the speaker consistency reads ``sent``.
-    """
-
-    episode: int
-    round: int
-    agent: str
-    neighbours: tuple[str, ...]
-    messages: tuple[tuple[str, tuple[str, ...]], ...]
-    label: str | None = None
-    sent: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-    def texts_to(self, receiver: str | None = None) -> list[str]:
-        """The texts delivered this turn (to ``receiver`` only, when given)."""
-        return [t for t, to in self.messages if receiver is None or receiver in to]
-
-    def texts_sent(self, receiver: str | None = None) -> list[str]:
-        """The texts sent this turn (addressed to ``receiver`` only, when given)."""
-        return [t for t, to in self.sent if receiver is None or receiver in to]
-
-
 def edge_key(sender: str, receiver: str) -> str:
     """The key of a directed edge in metric names: ``edges/<u>-><v>``."""
     return f"edges/{sender}->{receiver}"
-
-
-def normalise(text: str) -> str:
-    """A message as a vocabulary item: lower case, punctuation dropped, single spaces."""
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
 def content_words(texts: Iterable[str]) -> frozenset[str]:
@@ -170,88 +119,6 @@ def content_words(texts: Iterable[str]) -> frozenset[str]:
     if not texts:
         return frozenset((SILENCE,))
     return frozenset(w for t in texts for w in normalise(t).split() if w not in STOP_WORDS)
-
-
-def _round_graphs(env: Any) -> list[Any]:
-    """The communication graph of every round the episode played (rebuilt from its seed)."""
-    rounds = max((t.round for t in env.log), default=-1) + 1
-    spec = env.spec.graph
-    static = getattr(spec, "rewire_every", 0) <= 0
-    first = build_graph(env.possible_agents, spec, env.episode_seed, 0)
-    return [
-        first if static else build_graph(env.possible_agents, spec, env.episode_seed, r)
-        for r in range(rounds)
-    ]
-
-
-def talk_turns(env: Any, episode: int = 0) -> list[TalkTurn]:
-    """The talk turns of a finished episode, read off its turn log (the env is not changed).
-
-    A turn is a talk turn when the rules let the agent talk that round (``can_talk``, which is
-    asked after the episode, so it must depend on the round only, as in every built-in
-    scenario) and the graph of that round gives it at least one out-neighbour (a cut edge
-    counts: the agent is told it can message along it). What it sent is its reply's SAY lines,
-    parsed again from the logged completion as the environment parsed them.
-    """
-    rules = env.rules
-    graphs = _round_graphs(env)
-    out = []
-    for turn in env.log:
-        graph = graphs[turn.round]
-        neighbours = tuple(sorted(graph.successors(turn.agent))) if turn.agent in graph else ()
-        if not neighbours or not rules.can_talk(turn.agent, turn.round):
-            continue
-        label = rules.private_label(turn.agent)
-        messages = tuple((m.text, tuple(m.receivers)) for m in turn.delivered)
-        said = parse_completion(turn.completion, require_action=False).messages
-        sent = tuple((m.text, neighbours if m.to is None else m.to) for m in said)
-        out.append(TalkTurn(episode, turn.round, turn.agent, neighbours, messages, label, sent))
-    return out
-
-
-def episode_edges(env: Any) -> set[tuple[str, str]]:
-    """Every directed edge the episode's graph had in some round."""
-    return {e for g in _round_graphs(env) for e in g.edges()}
-
-
-@dataclass(frozen=True)
-class EmergenceEpisode:
-    """What the emergence metrics read of one finished episode: plain data, no environment.
-
-    talk:     its talk turns (:func:`talk_turns`, numbered episode 0).
-    edges:    every directed edge its graph had in some round, sorted.
-    contacts: ``(speaker, listener, round)`` of every delivery, in play order.
-    recorded: the episode as counterfactual re-simulation replays it.
-    """
-
-    agents: tuple[str, ...]
-    talk: tuple[TalkTurn, ...]
-    edges: tuple[tuple[str, str], ...]
-    contacts: tuple[tuple[str, str, int], ...]
-    recorded: RecordedEpisode
-
-
-def emergence_episode(env: Any, recorded: RecordedEpisode | None = None) -> EmergenceEpisode:
-    """Read a finished environment's :class:`EmergenceEpisode` (the env is not changed);
-    ``recorded`` is its :class:`RecordedEpisode` when the caller has one already."""
-    contacts = tuple(
-        (message.sender, v, message.round)
-        for turn in env.log
-        for message in turn.delivered
-        for v in message.receivers
-    )
-    return EmergenceEpisode(
-        agents=tuple(env.possible_agents),
-        talk=tuple(talk_turns(env)),
-        edges=tuple(sorted(episode_edges(env))),
-        contacts=contacts,
-        recorded=recorded if recorded is not None else RecordedEpisode.from_env(env),
-    )
-
-
-def _as_episodes(items: Sequence[Any]) -> list[EmergenceEpisode]:
-    """Episodes as data: finished environments are read on the spot."""
-    return [x if isinstance(x, EmergenceEpisode) else emergence_episode(x) for x in items]
 
 
 def _keys(turns: Iterable[TalkTurn]) -> Iterable[tuple[str, TalkTurn, str | None]]:
@@ -425,60 +292,6 @@ def vocabulary_drift(
 
 
 # --- listener influence -----------------------------------------------------------------------
-def action_of(completion: str | None) -> str:
-    """The action a completion takes, normalised: its ACTION line, else its prose (as lenient
-    scenarios read it); ``""`` for none."""
-    if completion is None:
-        return ""
-    parsed = parse_completion(completion, require_action=False)
-    return normalise(parsed.action or parsed.free_text or "")
-
-
-def discrete_energy(factual: Sequence[str], null: Sequence[str]) -> float:
-    """Half the squared L2 distance between two action distributions, unbiased from samples:
-    E d(p, q) - (E d(p, p') + E d(q, q')) / 2 with d = 1 when two actions differ, each
-    expectation averaged over the pairs of distinct samples. Needs at least two samples of
-    each side; 0 when the two distributions are equal, 1 when both are the same point mass
-    apart."""
-    if len(factual) < 2 or len(null) < 2:
-        raise ValueError("discrete_energy needs at least two samples of each distribution")
-
-    def within(xs: Sequence[str]) -> float:
-        return fmean(xs[i] != xs[j] for i in range(len(xs)) for j in range(i + 1, len(xs)))
-
-    across = fmean(a != b for a in factual for b in null)
-    return across - (within(factual) + within(null)) / 2
-
-
-@dataclass
-class _Pair:
-    """One speaker->listener contact in one episode (the speaker delivered to the listener)."""
-
-    episode: int
-    speaker: str
-    listener: str
-    first_round: int
-    action_round: int | None = None
-    placebo: str = ""
-    branches: list[int] = field(default_factory=list)
-
-
-def _first_action_round(record: RecordedEpisode, listener: str, after: int) -> int | None:
-    """The first round after ``after`` in which ``listener`` had to act (prompted, not idle)."""
-    points = record.points or []
-    for r in range(after + 1, len(points)):
-        point = points[r]
-        if listener in point.agents and listener not in point.idle:
-            if point.infos.get(listener, {}).get("needs_action", True):
-                return r
-    return None
-
-
-Effects = dict[tuple[str, str], tuple[float, float]]
-"""One episode's influence: ``(speaker, listener) -> (influence_action, influence_return)`` for
-every pair in which the speaker delivered to the listener."""
-
-
 def listener_influence(
     episodes: Sequence[Any],
     engine: Resimulator,
@@ -500,72 +313,8 @@ def listener_influence(
     Each edge u->v averages over the episodes where the edge existed (an episode in which u sent
     v nothing, or v never acted after it, counts 0); the agent key averages over all its edges.
     """
-    data = _as_episodes(episodes)
+    data = as_emergence_episodes(episodes)
     return aggregate_influence(data, influence_effects(data, engine, generate, samples))
-
-
-def influence_effects(
-    episodes: Sequence[Any],
-    engine: Resimulator,
-    generate: Generate,
-    samples: int = 2,
-) -> list[Effects]:
-    """Each episode's :data:`Effects`, from ``samples`` null branches per speaker (re-simulated
-    through ``engine``, all episodes batched together) and one placebo sample per listener
-    (see :func:`listener_influence`). Runs where environments can be built: a rollout worker
-    measures the episodes it played."""
-    if samples < 2:
-        raise ValueError(f"emergence.influence_samples: must be >= 2, got {samples}")
-    data = _as_episodes(episodes)
-    # fresh copies: the engine fills in their replay points, the caller's stay plain data
-    records = [
-        replace(ep.recorded, episode_id=i, group_id=0, points=None) for i, ep in enumerate(data)
-    ]
-    pairs: dict[tuple[int, str, str], _Pair] = {}
-    for i, ep in enumerate(data):
-        for sender, v, first_round in ep.contacts:
-            key = (i, sender, v)
-            if key not in pairs:
-                pairs[key] = _Pair(i, sender, v, first_round)
-    branches: list[Branch] = []
-    branch_of: dict[tuple[int, str], list[int]] = {}
-    for i, u in sorted({(p.episode, p.speaker) for p in pairs.values()}):
-        start = len(branches)
-        branches += [Branch(i, (Intervention(u, "null"),))] * samples
-        branch_of[(i, u)] = list(range(start, len(branches)))
-    outcomes = engine.run(records, branches) if branches else []
-    placebo: list[tuple[_Pair, GenerationRequest]] = []
-    for pair in pairs.values():
-        pair.branches = branch_of[(pair.episode, pair.speaker)]
-        record = records[pair.episode]
-        pair.action_round = _first_action_round(record, pair.listener, pair.first_round)
-        if pair.action_round is not None:
-            point = record.points[pair.action_round]  # type: ignore[index]
-            v = pair.listener
-            request = GenerationRequest(
-                "respond", v, point.system_prompts[v], point.observations[v], point.infos[v], 1
-            )
-            placebo.append((pair, request))
-    if placebo:
-        texts = generate([r for _, r in placebo])
-        for (pair, _), options in zip(placebo, texts):
-            pair.placebo = list(options)[0]
-    effects: list[Effects] = [{} for _ in data]
-    for (i, u, v), pair in pairs.items():
-        record = records[pair.episode]
-        v, t = pair.listener, pair.action_round
-        nulls = [outcomes[b] for b in pair.branches]
-        ret = record.returns.get(v, 0.0) - fmean(o.returns.get(v, 0.0) for o in nulls)
-        act = 0.0
-        if t is not None:
-            factual = [action_of(record.completions[t].get(v)), action_of(pair.placebo)]
-            null = [
-                action_of(o.completions[t].get(v) if t < len(o.completions) else None)
-                for o in nulls
-            ]
-            act = discrete_energy(factual, null)
-        effects[i][(u, v)] = (act, ret)
-    return effects
 
 
 def aggregate_influence(
@@ -617,7 +366,7 @@ def emergence_metrics(
 
     Influence is measured when ``generate`` is given (scripted bots:
     ``marl.credit.responders.bot_generate(get_bot(rules, "rule"))``; LLM policies:
-    :func:`marl.credit_phase.backend_generate`), re-simulating through ``engine`` (its
+    :func:`marl.runtime.resimulation.backend_generate`), re-simulating through ``engine`` (its
     ``generate`` is set to ``generate``) or a new :class:`Resimulator` over environments from
     ``env_factory`` (default: deep copies of ``envs[0]``). Drift is measured against
     ``previous_words`` (a :func:`word_distributions` result) when given. Every agent and every
@@ -641,7 +390,7 @@ def _measure(
 ) -> tuple[dict[str, float], dict[str, Counter[str]]]:
     """:func:`emergence_metrics` plus this step's word distributions (for the next drift).
     ``effects``: influence measured elsewhere (by the rollout workers), used as it is."""
-    episodes = _as_episodes(envs)
+    episodes = as_emergence_episodes(envs)
     turns = [replace(t, episode=i) for i, ep in enumerate(episodes) for t in ep.talk]
     words = word_distributions(turns)
     if not episodes:
@@ -728,7 +477,7 @@ class EmergenceTracker:
     def step(self, envs: Sequence[Any], step: int) -> dict[str, float]:
         """The ``emergence/...`` scalars of one step's finished episodes
         (:class:`EmergenceEpisode` s, or finished environments)."""
-        envs = _as_episodes(envs)
+        envs = as_emergence_episodes(envs)
         generate = None
         effects = None
         if self.measures_influence(step) and self.influence_for is not None:
@@ -771,19 +520,6 @@ class EmergenceTracker:
         if state:
             self.words = state.get("words")
             self.last = dict(state.get("last") or {})
-
-
-def influence_generate(config: Any, step: int) -> Generate | None:
-    """The batched ``generate`` of influence at ``step`` for scripted agents: their bot, seeded
-    by the run seed and the step (LLM agents generate with their policies: the worker's)."""
-    if config.agents != "scripted":
-        return None
-    from marl.credit.responders import bot_generate
-    from marl.scenarios.bots import get_bot
-    from marl.scenarios.registry import make
-
-    rules = make(config.scenario.name, **config.scenario.overrides).spec.rules
-    return bot_generate(get_bot(rules, config.bot), seed=config.seed * 1_000_003 + step)
 
 
 def tracker_for(config: Any, influence_for: InfluenceFn | None) -> EmergenceTracker:

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 
 HELD_OUT_SEEDS = 2**31
-"""Where held-out scenario seeds start. Training's (:func:`marl.workers.step_seeds`) and the
+"""Where held-out scenario seeds start. Training's (:func:`marl.runtime.workers.step_seeds`) and the
 warm-up's scenario seeds are drawn from ``[0, 2**31)``, the held-out evaluation's
-(:func:`marl.workers.eval_seeds`) from ``[2**31, 2**32)``: the two sets are disjoint by
+(:func:`marl.runtime.workers.eval_seeds`) from ``[2**31, 2**32)``: the two sets are disjoint by
 construction, so no evaluation scenario is ever trained on."""
 
 

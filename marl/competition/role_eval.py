@@ -11,7 +11,7 @@ LoRA adapters load onto one shared base model (one copy in memory).
   samples; the success rate with its 95% Wilson interval per cell. Pairs from different seeds
   off the diagonal show whether two runs learned the same convention; the base model's row
   and column show what a trained speaker or listener does with an untrained partner.
-- :func:`pair_listening`: :func:`marl.listening.listening_per_scenario` for each pair with
+- :func:`pair_listening`: :func:`marl.analysis.listening.listening_per_scenario` for each pair with
   itself: CIC, influence, exact success, the null message and the message swap.
 
 Tables: :func:`write_tables` writes ``crossplay_roles.md``, ``.csv`` and ``.png`` and
@@ -31,8 +31,8 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from marl.analysis.stats import wilson
 from marl.errors import RunError
-from marl.stats import wilson
 
 __all__ = [
     "Pair",
@@ -62,17 +62,17 @@ def load_pairs(
     must hold a policy for each of its scenario's first two agents; LoRA adapters share one
     base backend per base model.
 
-    A checkpoint's config is data (:func:`marl.players.checkpoint_config`): a
+    A checkpoint's config is data (:func:`marl.competition.players.checkpoint_config`): a
     ``rules_module`` it names is not imported unless the command line names it
     (``rules_module``), and the model it names is checked before it is built
-    (:func:`marl.checkpoint.saved_model_spec`)."""
+    (:func:`marl.runtime.checkpoint.saved_model_spec`)."""
     from marl.agents.backends import make_backend
     from marl.agents.models import ModelSpec, load_model
-    from marl.checkpoint import load_checkpoint, saved_model_spec
+    from marl.competition.players import check_weight_shapes, checkpoint_config
     from marl.config import load_config
-    from marl.players import check_weight_shapes, checkpoint_config
-    from marl.policies import AdapterBackend, peft_lora_config
-    from marl.policy_map import plan_for
+    from marl.runtime.checkpoint import load_checkpoint, saved_model_spec
+    from marl.runtime.policies import AdapterBackend, peft_lora_config
+    from marl.runtime.policy_map import plan_for
     from marl.scenarios.registry import make
 
     pairs: list[Pair] = []
@@ -90,7 +90,7 @@ def load_pairs(
         name, _, body = spec.rpartition("=")
         name = name or Path(body).parent.name or body
         if body.startswith("model:"):
-            from marl.players import model_preset
+            from marl.competition.players import model_preset
 
             backend = base_backend(model_preset(body[len("model:") :]))
             view = AdapterBackend(backend, None)
@@ -149,7 +149,7 @@ def role_crossplay(
     ``sampling`` (a :class:`~marl.agents.backends.SamplingConfig`, ``response_prefix``
     included; default 12 tokens at temperature 1)."""
     from marl.agents.backends import SamplingConfig
-    from marl.rollout import EpisodeSlot, run_episodes
+    from marl.runtime.rollout import EpisodeSlot, run_episodes
     from marl.scenarios.registry import make
 
     overrides = dict(overrides or {})
@@ -224,7 +224,7 @@ def pair_listening(
     {mean, low, high, n}}, "per_scenario": {metric: [...]}}}`` on ``episodes`` held-out
     scenarios (the same for every pair), under ``sampling`` as :func:`role_crossplay`."""
     from marl.agents.backends import SamplingConfig
-    from marl.listening import hf_sampler, hf_scorer, listening_per_scenario
+    from marl.analysis.listening import hf_sampler, hf_scorer, listening_per_scenario
     from marl.scenarios.registry import make
 
     overrides = dict(overrides or {})

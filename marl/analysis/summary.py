@@ -4,11 +4,11 @@ Start is the first iteration's rollout (before any RL update: after the warm-up,
 the mean of the last ``last`` iterations (:meth:`RunSummary.finals`, also the final metrics of
 the run's TensorBoard HParams session). A success rate gets a 95% Wilson interval over the
 pooled episodes of those iterations; the reward gets a 95% t-interval over the iterations
-(:mod:`marl.stats`). Both describe this one run, not the recipe: that needs seeds.
+(:mod:`marl.analysis.stats`). Both describe this one run, not the recipe: that needs seeds.
 
 The held-out evaluations play the same scenarios each time, so the first and the last are also
 compared scenario by scenario: how many got worse, how many got better, and McNemar's exact
-p-value (:func:`marl.evaluation.paired_metrics`), logged as ``eval/paired/*`` at every
+p-value (:func:`marl.analysis.evaluation.paired_metrics`), logged as ``eval/paired/*`` at every
 evaluation against the run's first one, and among the finals.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean
 
-from marl.evaluation import GOT_BETTER, GOT_WORSE, MCNEMAR_P, PAIRED, paired_metrics
-from marl.stats import mean_interval, wilson
+from marl.analysis.evaluation import GOT_BETTER, GOT_WORSE, MCNEMAR_P, PAIRED, paired_metrics
+from marl.analysis.stats import mean_interval, wilson
 
 SUCCESS = "team/success"
 REWARD = "team/reward"
@@ -77,9 +77,10 @@ class RunSummary:
 
     def add_evaluation(self, step: int, successes: dict[int, bool] | None) -> dict[str, float]:
         """Keep a held-out evaluation's per-scenario outcomes (scenario seed -> success, from
-        :func:`marl.evaluation.evaluation_successes`) and return the paired comparison with this
-        run's first evaluation (``eval/paired/*``: zeros and p = 1 at the first itself), for the
-        caller to log with the evaluation's other metrics. Nothing when ``successes`` is None."""
+        :func:`marl.analysis.evaluation.evaluation_successes`) and return the paired comparison with
+        this run's first evaluation (``eval/paired/*``: zeros and p = 1 at the first itself), for
+        the caller to log with the evaluation's other metrics. Nothing when ``successes`` is
+        None."""
         if not successes:
             return {}
         self.evaluations[step] = dict(successes)
@@ -91,7 +92,8 @@ class RunSummary:
         (``eval/paired/*``: got worse, got better, McNemar p); per agent message rate, speaker
         MI and listener influence), as ``final/<tag>``: the mean of the last ``last``
         iterations; for ``eval/*`` (logged only at evaluations) the last evaluation.
-        These are the metrics of the run's TensorBoard HParams session (:mod:`marl.hparams`)."""
+        These are the metrics of the run's TensorBoard HParams session
+        (:mod:`marl.analysis.hparams`)."""
         return {
             f"final/{key}": final_value(key, points, self.last)
             for key, points in sorted(self.history.items())

@@ -1,5 +1,6 @@
 """TensorBoard logging: scalars, transcripts as text, the config once, and the run's HParams
-session (its hparams and final metrics, :mod:`marl.hparams`) in a ``hparams`` subdirectory."""
+session (its hparams and final metrics, :mod:`marl.analysis.hparams`) in a ``hparams``
+subdirectory."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ class TensorBoardLogger:
         names its row in the HParams tab."""
         if self.writer is None:
             return
-        from marl.hparams import SUBDIR, session_start
+        from marl.analysis.hparams import SUBDIR, session_start
 
         self.hparams_writer = SummaryWriter(str(self.log_dir / SUBDIR))
         self.hparams_writer._get_file_writer().add_summary(session_start(hparams, trial))
@@ -71,7 +72,7 @@ class TensorBoardLogger:
         with ``status`` (``success`` or ``failure``)."""
         if self.hparams_writer is None:
             return
-        from marl.hparams import session_end
+        from marl.analysis.hparams import session_end
 
         for tag, value in finals.items():
             self.hparams_writer.add_scalar(tag, value, step)

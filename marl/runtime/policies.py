@@ -33,8 +33,8 @@ from marl.agents.backends import (
 )
 from marl.agents.models import ModelSpec, load_model, with_lora
 from marl.config import Config, UpdateSettings
-from marl.learner import Learner, LearnerSettings
-from marl.policy_map import PolicyPlan, PolicySpec
+from marl.runtime.learner import Learner, LearnerSettings
+from marl.runtime.policy_map import PolicyPlan, PolicySpec
 
 
 def build_backend(

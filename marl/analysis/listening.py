@@ -44,8 +44,8 @@ scenarios (one per seed), with the policies held fixed (no update in between):
      written (malformed, or another spelling), given the sent message.
 
 Each value is reported as the mean over scenarios with a 95% t-interval over scenarios
-(:func:`marl.stats.mean_interval`); across training runs, report the mean of per-run means with
-a t-interval over runs (:func:`marl.stats.seed_clustered`).
+(:func:`marl.analysis.stats.mean_interval`); across training runs, report the mean of per-run means
+with a t-interval over runs (:func:`marl.analysis.stats.seed_clustered`).
 
 The speaker's message is measured as it is delivered: with the edge cut (a control), the
 listener never receives any ``m`` and the CIC is 0 by measurement, not by construction.
@@ -149,7 +149,7 @@ class ListeningResult:
 
     def summary(self) -> dict[str, dict[str, float]]:
         """``{metric: {"mean", "low", "high", "n"}}`` with 95% t-intervals over scenarios."""
-        from marl.stats import mean_interval
+        from marl.analysis.stats import mean_interval
 
         out = {}
         for name, values in self.per_scenario.items():
@@ -416,7 +416,7 @@ def hf_scorer(
     from marl.agents.backends import backend_target
     from marl.agents.heads import head_ids, response_head
     from marl.agents.prompts import prompt_ids
-    from marl.policies import adapter_active
+    from marl.runtime.policies import adapter_active
 
     sampling = sampling or SamplingConfig()
 

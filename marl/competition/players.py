@@ -1,6 +1,6 @@
 """Who plays in ``marl eval``: player specs parsed, and checkpoints, league snapshots and model
-presets loaded into backends (:mod:`marl.crossplay` plays them against each other,
-:mod:`marl.role_eval` by role).
+presets loaded into backends (:mod:`marl.competition.crossplay` plays them against each other,
+:mod:`marl.competition.role_eval` by role).
 
 A checkpoint is data (README, "Trust model"): its saved config is read through
 :func:`checkpoint_config`, which never imports a ``rules_module`` the checkpoint names, and its
@@ -125,7 +125,7 @@ def _load_snapshot_player(player: Player) -> tuple[dict[str, Any], dict[str, Any
             f"eval: {path} is not a league snapshot of a run: no {config_file} to read its "
             "model from"
         )
-    from marl.checkpoint import load_tensor_file
+    from marl.runtime.checkpoint import load_tensor_file
     from marl.scenarios.problems import ScenarioError
     from marl.scenarios.reader import read_yaml
 
@@ -163,7 +163,7 @@ def model_preset(preset: str) -> dict[str, Any]:
 def _load_checkpoint_player(player: Player) -> tuple[Any, dict[str, Any], str]:
     """(model spec fields as saved, weights, the config key they were read from) of a
     checkpoint player."""
-    from marl.checkpoint import load_checkpoint
+    from marl.runtime.checkpoint import load_checkpoint
 
     state = load_checkpoint(player.path)  # type: ignore[arg-type]
     policies = state.get("policies", {})
@@ -199,7 +199,7 @@ def build_backends(players: Sequence[Player], backend: str = "hf") -> dict[str, 
     """One generation backend per model player (checkpoints loaded with their weights)."""
     from marl.agents.backends import make_backend
     from marl.agents.models import ModelSpec, load_model
-    from marl.checkpoint import saved_model_spec
+    from marl.runtime.checkpoint import saved_model_spec
 
     backends = {}
     for player in players:

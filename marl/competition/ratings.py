@@ -1,14 +1,14 @@
 """Ratings from game results: win/draw/loss, Wilson intervals, Elo (online) and Bradley-Terry.
 
-One small module for the rating math that the league's Elo curve (:mod:`marl.league`) and
-``marl eval`` (:mod:`marl.crossplay`) both use.
+One small module for the rating math that the league's Elo curve (:mod:`marl.competition.league`)
+and ``marl eval`` (:mod:`marl.competition.crossplay`) both use.
 
 - **Outcome of a two-player episode** (:func:`outcome`, defined once in
   :mod:`marl.scenarios.zero_sum`): an agent *wins* when its return is greater than its
   opponent's, *draws* when they are equal (within ``1e-9``: returns are sums of floats), and
   *loses* otherwise. Nothing is asked of the scenario beyond its per-agent returns. A game's
   *score* is 1, 0.5 or 0.
-- **Wilson interval** of a rate: :func:`marl.stats.wilson`, with the other intervals.
+- **Wilson interval** of a rate: :func:`marl.analysis.stats.wilson`, with the other intervals.
 - **Elo** (Elo 1978): the expected score of A against B is
   ``E_A = 1 / (1 + 10 ** ((R_B - R_A) / 400))``; after a game with score ``S_A`` an online
   update moves ``R_A += K (S_A - E_A)`` (:class:`EloTracker`).

@@ -21,10 +21,11 @@ holds the newest ``league.pool_size`` (the initial one stays while ``keep_initia
 opponents never train: their policy is not trainable, so it has no learner and no optimizer,
 and its turns never reach a learner.
 
-Outcomes follow the zero-sum contract of :func:`marl.ratings.outcome`: the learner wins an
-episode when its return is greater than its opponent's. Elo (:class:`marl.ratings.EloTracker`):
-the learner starts at 1000, each snapshot enters at the learner's rating when it was taken and
-stays there, ``bot_random`` is fixed at 1000 (the anchor), other bots start at 1000 and move.
+Outcomes follow the zero-sum contract of :func:`marl.competition.ratings.outcome`: the learner wins
+an episode when its return is greater than its opponent's. Elo
+(:class:`marl.competition.ratings.EloTracker`): the learner starts at 1000, each snapshot enters at
+the learner's rating when it was taken and stays there, ``bot_random`` is fixed at 1000 (the
+anchor), other bots start at 1000 and move.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from marl.competition.ratings import SCORE, EloTracker, outcome
 from marl.config import Config, ConfigError, LeagueConfig
-from marl.policy_map import PolicyPlan, PolicySpec
-from marl.ratings import SCORE, EloTracker, outcome
+from marl.runtime.policy_map import PolicyPlan, PolicySpec
 
 __all__ = [
     "LEAGUE_POLICY",
@@ -237,9 +238,9 @@ class League:
 
     def load_weights(self, name: str) -> dict[str, Any]:
         """The weights of snapshot ``name``, read back (tensors only, bounded by the file's
-        size: :func:`marl.checkpoint.load_tensor_file`)."""
-        from marl.checkpoint import load_tensor_file
+        size: :func:`marl.runtime.checkpoint.load_tensor_file`)."""
         from marl.errors import RunError
+        from marl.runtime.checkpoint import load_tensor_file
 
         snapshot = next((s for s in self.snapshots if s.name == name), None)
         if snapshot is None:

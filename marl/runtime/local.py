@@ -1,6 +1,6 @@
 """Where the phases of an iteration run: in the trainer's own process, or on Ray.
 
-Both runtimes offer the same coarse methods, which :func:`marl.train.train` calls in order:
+Both runtimes offer the same coarse methods, which :func:`marl.loop.train.train` calls in order:
 ``rollout(step)``, ``credit(step, rollout)`` (counterfactual credit, where the environments
 are), ``update(turns)``, ``sync()``, plus ``influence`` (the emergence metrics' re-simulation,
 also where the environments are), ``state()`` / ``load_state()`` (checkpoints) and
@@ -12,7 +12,7 @@ learner in this process. Every learner trains the worker's own weights in place:
 policy's model, or a LoRA policy's adapter on the one shared base (no copy of the base, and
 its sync is a no-op). Only a backend without a torch model (vLLM) gets learners with their own
 copy, which push their weights after each update. Learners update one after another.
-:mod:`marl.ray_runtime` is the distributed one.
+:mod:`marl.runtime.ray_runtime` is the distributed one.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 from marl.config import Config, ConfigError
 from marl.credit import CreditResult
-from marl.machine import local_gpu_count, one_process_device
-from marl.policy_map import PolicyPlan, assign_gpus
-from marl.rollout import RolloutResult
-from marl.workers import RolloutWorker
+from marl.runtime.machine import local_gpu_count, one_process_device
+from marl.runtime.policy_map import PolicyPlan, assign_gpus
+from marl.runtime.rollout import RolloutResult
+from marl.runtime.workers import RolloutWorker
 
 
 class Runtime(Protocol):
@@ -37,7 +37,8 @@ class Runtime(Protocol):
         ...
 
     def policy_weights(self, policy_id: str) -> Any:
-        """A trainable policy's current weights (a :class:`~marl.policies.WeightPayload`)."""
+        """A trainable policy's current weights (a
+        :class:`~marl.runtime.policies.WeightPayload`)."""
         ...
 
     def load_frozen(self, payload: Any) -> None:
@@ -86,7 +87,7 @@ class Runtime(Protocol):
 def make_runtime(config: Config, plan: PolicyPlan | None) -> Runtime:
     """The configured runtime: Ray actors when ``ray.enabled``, else this process."""
     if config.ray.enabled:
-        from marl.ray_runtime import RayRuntime
+        from marl.runtime.ray_runtime import RayRuntime
 
         return RayRuntime(config, plan)
     return LocalRuntime(config, plan)
@@ -96,15 +97,13 @@ class LocalRuntime:
     """Everything in the trainer's process."""
 
     def __init__(self, config: Config, plan: PolicyPlan | None) -> None:
-        from marl.policies import PolicyLearner, rollout_learner
+        from marl.runtime.policies import PolicyLearner, rollout_learner
 
         self.config = config
         self.plan = plan
         self.requests: dict[str, float] = {}
         if plan is not None:
-            self.requests = assign_gpus(
-                plan, local_gpu_count(), source="torch.cuda.device_count()"
-            )
+            self.requests = assign_gpus(plan, local_gpu_count(), source="torch.cuda.device_count()")
         # one process, one device: CUDA when any policy asked for a GPU and torch has one
         device = one_process_device(self.requests, local_gpu_count())
         self.worker = RolloutWorker(config, plan, device=device)

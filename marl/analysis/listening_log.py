@@ -2,19 +2,19 @@
 on held-out scenarios, at every held-out evaluation.
 
 At every held-out evaluation (before the first update, every ``train.eval_every`` updates and
-after the last: :func:`marl.evaluation.due`), and so always between two updates, never after an
-update that the measured episodes did not see, :func:`marl.listening.listening_per_scenario`
-measures the speaker -> listener pair (the scenario's first two agents) on the first
-``emergence.listening_episodes`` of the evaluation's held-out scenarios (the same seeds at
-every evaluation of a run), with ``emergence.counterfactuals`` speaker replies per possible
-label. The speaker samples from the rollout's own backend with the run's sampling settings;
-the listener is scored exactly at the run's ``sampling.temperature``.
+after the last: :func:`marl.analysis.evaluation.due`), and so always between two updates, never
+after an update that the measured episodes did not see,
+:func:`marl.analysis.listening.listening_per_scenario` measures the speaker -> listener pair (the
+scenario's first two agents) on the first ``emergence.listening_episodes`` of the evaluation's
+held-out scenarios (the same seeds at every evaluation of a run), with ``emergence.counterfactuals``
+speaker replies per possible label. The speaker samples from the rollout's own backend with the
+run's sampling settings; the listener is scored exactly at the run's ``sampling.temperature``.
 
 Tags, logged at the number of updates done as ``eval/*`` is: ``eval/listening/<metric>`` (the
 mean over scenarios) with ``_low`` / ``_high`` (a 95% t-interval over scenarios), for each
-metric of :data:`marl.listening.LISTENING_METRICS`, and ``perf/listening_time``.
+metric of :data:`marl.analysis.listening.LISTENING_METRICS`, and ``perf/listening_time``.
 
-When: LLM agents in this process (:class:`marl.runtime.LocalRuntime`; under Ray one line on
+When: LLM agents in this process (:class:`marl.runtime.local.LocalRuntime`; under Ray one line on
 stderr says it is skipped: measure checkpoints with ``marl eval --listening``), and a scenario
 whose speaker has alternative labels (:meth:`marl.scenarios.rules.Rules.alternative_labels`)
 and whose listener acts from a finite legal set; otherwise nothing is logged.
@@ -58,7 +58,7 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
         or not measurable(scenario, overrides)
     ):
         return lambda updates_done: {}
-    from marl.runtime import LocalRuntime
+    from marl.runtime.local import LocalRuntime
 
     if not isinstance(runtime, LocalRuntime) or runtime.worker.policies is None:
         print(
@@ -70,9 +70,9 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
         return lambda updates_done: {}
 
     def measure(updates_done: int) -> dict[str, float]:
-        from marl.listening import hf_sampler, hf_scorer, listening_per_scenario
+        from marl.analysis.listening import hf_sampler, hf_scorer, listening_per_scenario
+        from marl.runtime.workers import eval_seeds
         from marl.scenarios.registry import make
-        from marl.workers import eval_seeds
 
         began = time.perf_counter()
         backends = runtime.worker.policies.backends

@@ -39,9 +39,9 @@ from marl.agents.heads import head_ids, response_head
 from marl.agents.logprobs import response_logprobs
 from marl.agents.prompts import prompt_ids, untrusted_ids
 from marl.config import Config, ConfigError
-from marl.learner import MasterWeights
 from marl.protocols.tools import RESULT_HEAD, find_call
-from marl.seeding import HELD_OUT_SEEDS
+from marl.runtime.learner import MasterWeights
+from marl.runtime.seeding import HELD_OUT_SEEDS
 
 MAX_DATA_BYTES = 64 * 1024 * 1024
 MAX_LINE_CHARS = 200_000

@@ -20,22 +20,22 @@ from typing import Any
 
 from marl.config import Config, ConfigError
 from marl.credit import CreditResult, RecordedEpisode, Resimulator
-from marl.policy_map import PolicyPlan
-from marl.rollout import EpisodeSlot, RolloutResult
+from marl.runtime.policy_map import PolicyPlan
+from marl.runtime.rollout import EpisodeSlot, RolloutResult
+from marl.runtime.seeding import HELD_OUT_SEEDS
 from marl.scenarios.registry import make
-from marl.seeding import HELD_OUT_SEEDS
 
 
 def step_seeds(seed: int, step: int, count: int) -> list[int]:
     """The scenario seeds of one iteration: a pure function of (run seed, step), each below
-    :data:`~marl.seeding.HELD_OUT_SEEDS`."""
+    :data:`~marl.runtime.seeding.HELD_OUT_SEEDS`."""
     rng = random.Random(f"{seed}:{step}:scenario")
     return [rng.randrange(HELD_OUT_SEEDS) for _ in range(count)]
 
 
 def eval_seeds(seed: int, count: int) -> list[int]:
     """The held-out evaluation's scenario seeds, a pure function of the run seed: each at or
-    above :data:`~marl.seeding.HELD_OUT_SEEDS`, where no training seed lies, so the two sets
+    above :data:`~marl.runtime.seeding.HELD_OUT_SEEDS`, where no training seed lies, so the two sets
     are disjoint whatever the seeds and the number of steps."""
     rng = random.Random(f"{seed}:eval:scenario")
     return [HELD_OUT_SEEDS + rng.randrange(HELD_OUT_SEEDS) for _ in range(count)]
@@ -88,14 +88,14 @@ class RolloutWorker:
         if config.agents == "llm":
             if plan is None:
                 raise ConfigError("agents: llm agents need a policy plan")
-            from marl.policies import InferencePolicies
+            from marl.runtime.policies import InferencePolicies
 
             self.policies = InferencePolicies(plan, config, device=device)
 
     def slots(self, step: int, groups: Sequence[int], matchup: Any = None) -> list[EpisodeSlot]:
         """The episodes of ``groups`` at ``step``: group b plays scenario seed b, G times. A
-        league ``matchup`` (:class:`marl.league.Matchup`) puts its opponent on the seats the
-        learner does not play."""
+        league ``matchup`` (:class:`marl.competition.league.Matchup`) puts its opponent on the seats
+        the learner does not play."""
         t = self.config.train
         seeds = step_seeds(self.config.seed, step, t.seeds_per_step)
         out = []
@@ -144,7 +144,7 @@ class RolloutWorker:
         """Play ``slots`` to the end with the policies (or the scripted bot)."""
         if self.policies is None:
             return scripted_episodes(slots, self.config.bot, seed)
-        from marl.rollout import run_episodes
+        from marl.runtime.rollout import run_episodes
 
         assert self.plan is not None
         return run_episodes(
@@ -171,7 +171,7 @@ class RolloutWorker:
         ``step`` that this worker played, re-simulated on its own environment copies with its
         own policies' generation. A pure function of (step, episodes, weights): generation is
         seeded by the step, so a replacement worker asked again returns the same credit."""
-        from marl.credit_phase import counterfactual_credit, credit_seed, make_engine
+        from marl.runtime.resimulation import counterfactual_credit, credit_seed, make_engine
 
         if self.policies is None or self.plan is None:
             raise ConfigError("credit.name: counterfactual credit needs agents=llm")
@@ -190,11 +190,12 @@ class RolloutWorker:
         return result
 
     def influence(self, step: int, episodes: Sequence[Any]) -> list[Any]:
-        """The emergence metrics' listener influence (:func:`marl.emergence.influence_effects`)
-        of ``episodes`` (:class:`~marl.emergence.EmergenceEpisode` s this worker played at
-        ``step``), re-simulated on this worker's environment copies. Scripted agents answer
-        through their bot, LLM agents through this worker's policies; both seeded by the step."""
-        from marl.emergence import influence_effects, influence_generate
+        """The emergence metrics' listener influence
+        (:func:`marl.runtime.resimulation.influence_effects`) of ``episodes``
+        (:class:`~marl.episodes.EmergenceEpisode` s this worker played at ``step``), re-simulated on
+        this worker's environment copies. Scripted agents answer through their bot, LLM agents
+        through this worker's policies; both seeded by the step."""
+        from marl.runtime.resimulation import influence_effects, influence_generate
 
         generate = influence_generate(self.config, step)
         if generate is None:
@@ -210,8 +211,8 @@ class RolloutWorker:
 
     def _policy_generate(self, seed: int) -> Any:
         """Batched re-simulation generation through this worker's policies, calls seeded from
-        ``seed`` (:func:`marl.credit_phase.backend_generate`)."""
-        from marl.credit_phase import backend_generate
+        ``seed`` (:func:`marl.runtime.resimulation.backend_generate`)."""
+        from marl.runtime.resimulation import backend_generate
 
         if self.policies is None or self.plan is None:
             raise ConfigError("agents: re-simulation with policies needs agents=llm")
@@ -224,10 +225,10 @@ class RolloutWorker:
 
     def exploitability(self, policy_id: str) -> dict[str, Any]:
         """Policy ``policy_id`` scored exactly as a table of the scenario's game tree with the
-        weights this worker holds (:func:`marl.exploitability.score_model`; plain data):
+        weights this worker holds (:func:`marl.runtime.exploitability.score_model`; plain data):
         how ``marl train`` scores the learner under Ray. Needs a backend with a torch model."""
         from marl.agents.backends import backend_target
-        from marl.exploitability import score_model
+        from marl.runtime.exploitability import score_model
 
         if self.policies is None:
             raise ConfigError("agents: scripted agents have no policy to score")

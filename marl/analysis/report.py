@@ -7,10 +7,11 @@ confidence interval over seeds.
     marl report runs/a runs/b --tag agents/listener/reward    # any scalar tag
     marl report runs/a --tag emergence/speaker/speaker_mi     # emergence/* tags too
 
-Grouping: each run's axes are the hparams it logged (its Hydra overrides, :mod:`marl.hparams`;
-for runs made before that, its ``.hydra/overrides.yaml``). The axes that differ, the seed left
-out, name the groups (``scenario.overrides.reward.cooperation=0.5``) when they split the runs
-exactly as their resolved configs do; otherwise the config keys that differ name them.
+Grouping: each run's axes are the hparams it logged (its Hydra overrides,
+:mod:`marl.analysis.hparams`; for runs made before that, its ``.hydra/overrides.yaml``). The axes
+that differ, the seed left out, name the groups (``scenario.overrides.reward.cooperation=0.5``) when
+they split the runs exactly as their resolved configs do; otherwise the config keys that differ name
+them.
 
 Tables: the ``--tag`` curve (start, final, CI); the final metrics (team reward, success, held-out
 success and reward: mean ± 95% CI over seeds, written to ``finals.csv`` too); and, when the
@@ -33,8 +34,8 @@ from typing import Any
 
 import yaml
 
+from marl.analysis.stats import mean_ci
 from marl.errors import RunError
-from marl.stats import mean_ci
 
 
 @dataclass
@@ -80,7 +81,7 @@ IGNORED = {"seed", "resume", "logging.progress"}  # never a group axis
 def run_axes(path: Path) -> dict[str, object] | None:
     """The axes a run was launched with: the hparams of its TensorBoard session, else the
     overrides Hydra saved in ``.hydra/overrides.yaml``; None when neither exists."""
-    from marl.hparams import flatten_overrides, read_session
+    from marl.analysis.hparams import flatten_overrides, read_session
 
     hparams, _, _ = read_session(path / "tensorboard")
     if hparams:
@@ -192,7 +193,7 @@ def final_rows(runs: Sequence[Run], last: int = 3) -> list[dict[str, object]]:
     """Per group: its axes, seeds, and for every :data:`FINAL_TAGS` tag some run logged the
     mean and 95% CI half-width over seeds of the run's final value (the mean of the last
     ``last`` steps; ``eval/*``: the last evaluation), as the run's HParams session logs it."""
-    from marl.summary import final_value
+    from marl.analysis.summary import final_value
 
     tags = [t for t in FINAL_TAGS if any(r.curves.get(t) for r in runs)]
     rows = []

@@ -48,14 +48,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from marl.config import Config, ConfigError, RayConfig
 from marl.credit import CreditResult
-from marl.credit_phase import merge_credit
 from marl.errors import RunError, remote_cause
-from marl.policies import PolicyLearner
-from marl.policy_map import PolicyPlan, assign_gpus
-from marl.ray_join import join_failure, probe
-from marl.rollout import RolloutResult
-from marl.threads import actor_threads, configure_threads, thread_env
-from marl.workers import RolloutWorker, split_groups
+from marl.runtime.policies import PolicyLearner
+from marl.runtime.policy_map import PolicyPlan, assign_gpus
+from marl.runtime.ray_join import join_failure, probe
+from marl.runtime.resimulation import merge_credit
+from marl.runtime.rollout import RolloutResult
+from marl.runtime.threads import actor_threads, configure_threads, thread_env
+from marl.runtime.workers import RolloutWorker, split_groups
 
 
 def _actor_device() -> str | None:
@@ -79,7 +79,7 @@ def _where() -> dict[str, Any]:
 
 
 def _actor_options(threads: int | None, num_cpus: float) -> tuple[int, dict[str, Any]]:
-    """An actor's torch threads (:func:`marl.threads.actor_threads`) and the ``runtime_env``
+    """An actor's torch threads (:func:`marl.runtime.threads.actor_threads`) and the ``runtime_env``
     that starts OpenMP and MKL with the same count."""
     count = actor_threads(threads, num_cpus)
     return count, {"env_vars": thread_env(count)}
@@ -128,7 +128,7 @@ def connect(settings: RayConfig) -> bool:
 
     A process already connected keeps its session (and the caller must not shut it down). A
     cluster that cannot be joined (nothing at the address, a token this process does not send:
-    :mod:`marl.ray_join`) is a :class:`RunError` of one line.
+    :mod:`marl.runtime.ray_join`) is a :class:`RunError` of one line.
     """
     if ray.is_initialized():
         return False
@@ -238,7 +238,7 @@ def suggest_fit(
 
     Keeps as many rollout workers as possible (down to one), then the largest learner CPUs,
     then the largest worker CPUs; only the keys that change are returned. GPU requests are
-    left alone (:func:`marl.policy_map.assign_gpus` has checked them). With one learner per
+    left alone (:func:`marl.runtime.policy_map.assign_gpus` has checked them). With one learner per
     trainable policy, this finds a fit for every sharing mode whenever the CPUs can hold one:
     4 independent learners on a 2-CPU head get ``ray.learner_num_cpus=0.25``.
     """
@@ -470,7 +470,7 @@ class RayRuntime:
     def credit(self, step: int, rollout: RolloutResult) -> CreditResult:
         """Counterfactual credit on every worker at once, each on the groups it played (the
         same contiguous blocks as the rollout); merged in block order, which is the rollout's
-        episode order (:func:`marl.credit_phase.credit_phase` checks that it is)."""
+        episode order (:func:`marl.loop.credit_phase.credit_phase` checks that it is)."""
         blocks = split_groups(self.config.train.seeds_per_step, len(self.workers))
         worker_of = {g: i for i, block in enumerate(blocks) for g in block}
         episodes: dict[int, list[Any]] = {i: [] for i in range(len(blocks))}

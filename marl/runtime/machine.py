@@ -4,7 +4,7 @@ Every config we ship runs unchanged on 0, 1 or 2 GPUs and on any CPU. At start :
 reads what the machine has, and fills in what the config left to it:
 
 - **GPUs.** ``num_gpus: null`` policies are packed onto the GPUs there are
-  (:func:`marl.policy_map.gpu_requests`): one each when there are enough, equal shares when
+  (:func:`marl.runtime.policy_map.gpu_requests`): one each when there are enough, equal shares when
   there are fewer. An explicit request stays as written; an impossible one is refused, naming
   its key. In one process (``ray.enabled=false``) the rollout and every learner that asked for a
   GPU share ``cuda``.
@@ -26,7 +26,7 @@ from typing import Any
 
 from marl.agents.models import ModelSpec
 from marl.config import Config, PolicyConfig
-from marl.policy_map import PolicyPlan, gpu_requests
+from marl.runtime.policy_map import PolicyPlan, gpu_requests
 
 __all__ = [
     "Machine",
@@ -169,9 +169,7 @@ def fit_machine(
         }
         plan = replace(plan, policies=specs)
     name = gpu_name if gpus else ""
-    machine = Machine(
-        gpus, name, requests, device, chosen, reason, warning, not config.ray.enabled
-    )
+    machine = Machine(gpus, name, requests, device, chosen, reason, warning, not config.ray.enabled)
     return config, plan, machine
 
 
@@ -186,11 +184,12 @@ def _dtype_for(model: ModelSpec, device: str) -> tuple[str, str, str]:
         return chosen, bf16_support(device).reason, ""
     if chosen == "bfloat16" and not bf16_support(device).fast:
         ratio = bf16_slowdown(device)
-        return chosen, "", (
+        warning = (
             f"marl: warning: model.dtype=bfloat16, but this {device.upper()} emulates bf16 "
             f"({bf16_support(device).reason}): a matmul ran {ratio:.1f}x slower than in float32 "
             "here; model.dtype=auto picks the fast one"
         )
+        return chosen, "", warning
     return chosen, "", ""
 
 

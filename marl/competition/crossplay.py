@@ -20,15 +20,16 @@ plays ``rule-1`` against ``rule-2``); two checkpoints that share a name need lab
 Every pairing plays ``--episodes`` episodes, seeded: episode k uses the k//2-th evaluation
 scenario seed with the seats in one order for even k and swapped for odd k, so both players
 see the same scenarios from both seats. All pairings' episodes run at once, one batched
-generate call per model per round, as training's rollout does (:func:`marl.rollout.run_episodes`).
+generate call per model per round, as training's rollout does
+(:func:`marl.runtime.rollout.run_episodes`).
 
 Competitive mode (two agents and ``reward.cooperation < 1``): each cell is the row player's win
 rate against the column player, with its 95% Wilson interval and the draws (the zero-sum
-contract of :func:`marl.ratings.outcome`), and every game feeds Bradley-Terry ratings on the
-Elo scale with bootstrap intervals (:mod:`marl.ratings`). Cooperative mode (a fully cooperative
-scenario, or more than two agents): held-out partners; each cell is the team's mean return
-(the agents' mean) when the row player fills the even seats and the column player the odd ones
-(swapped every other episode), with a 95% t-interval, and the success rate with its Wilson
+contract of :func:`marl.competition.ratings.outcome`), and every game feeds Bradley-Terry ratings on
+the Elo scale with bootstrap intervals (:mod:`marl.competition.ratings`). Cooperative mode (a fully
+cooperative scenario, or more than two agents): held-out partners; each cell is the team's mean
+return (the agents' mean) when the row player fills the even seats and the column player the odd
+ones (swapped every other episode), with a 95% t-interval, and the success rate with its Wilson
 interval when the scenario defines success. The diagonal is self-play.
 
 In a two-agent zero-sum scenario, each player's own payoff (chips a hand in Kuhn Poker, whose
@@ -38,7 +39,7 @@ return is twice the chips) is also reported by seat, with 95% t-intervals
 ``--exploitability`` (scenarios whose rules declare a game tree: Kuhn Poker) also evaluates
 every player exactly: its move probabilities at each information set, scored teacher-forced
 for a model, its exploitability and NashConv, and its expected chips against the Nash and
-random bots by seat (:mod:`marl.exploitability`). A scenario with no tree is refused in one
+random bots by seat (:mod:`marl.runtime.exploitability`). A scenario with no tree is refused in one
 line before any model loads.
 
 Written to ``--out``: ``crossplay.md`` (the matrix and the ratings, the payoffs by seat, the
@@ -59,8 +60,8 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from marl.errors import RunError
-from marl.players import (
+from marl.analysis.stats import mean_interval, wilson
+from marl.competition.players import (
     BOT_PREFIX,
     MODEL_PREFIX,
     Player,
@@ -68,8 +69,8 @@ from marl.players import (
     checkpoint_config,
     parse_players,
 )
-from marl.ratings import Game, bootstrap_ratings, outcome, score_of
-from marl.stats import mean_interval, wilson
+from marl.competition.ratings import Game, bootstrap_ratings, outcome, score_of
+from marl.errors import RunError
 
 __all__ = ["crossplay", "individual_payoffs", "main", "seat_payoffs"]
 
@@ -132,7 +133,7 @@ def crossplay(
     Competitive: unordered pairs of distinct players. Cooperative: every unordered pair and
     every player with itself."""
     from marl.agents.backends import SamplingConfig
-    from marl.rollout import EpisodeSlot, run_episodes
+    from marl.runtime.rollout import EpisodeSlot, run_episodes
     from marl.scenarios.registry import make
 
     overrides = dict(overrides or {})
@@ -449,7 +450,7 @@ def write_results(
 
     Where the episodes carry individual payoffs (two-agent zero-sum scenarios), the Markdown
     and the JSON (``payoff_by_seat``) hold each player's payoff by seat (:func:`seat_payoffs`).
-    ``exploitability``: :func:`marl.exploitability.exploitability_report`'s result, added to
+    ``exploitability``: :func:`marl.runtime.exploitability.exploitability_report`'s result, added to
     the Markdown and to the JSON (``exploitability``)."""
     out.mkdir(parents=True, exist_ok=True)
     names = [p.name for p in players]
@@ -466,7 +467,7 @@ def write_results(
     if by_seat:
         text += "\n\n" + seat_markdown(by_seat, list(played[0].seats))
     if exploitability is not None:
-        from marl.exploitability import markdown as exploitability_markdown
+        from marl.runtime.exploitability import markdown as exploitability_markdown
 
         text += "\n\n" + exploitability_markdown(exploitability)
     (out / "crossplay.md").write_text(text + "\n")
@@ -562,7 +563,7 @@ def main(args: Sequence[str]) -> int:
     scenario, overrides = _scenario(run, ns)
     rules = make(scenario, **overrides).spec.rules
     if ns.exploitability:
-        from marl.exploitability import tree_of
+        from marl.runtime.exploitability import tree_of
 
         tree_of(scenario, overrides)  # refused here, before any model loads
     players = parse_players(ns.players, rules)
@@ -580,7 +581,7 @@ def main(args: Sequence[str]) -> int:
     )
     report = None
     if ns.exploitability:
-        from marl.exploitability import exploitability_report
+        from marl.runtime.exploitability import exploitability_report
 
         report = exploitability_report(
             players,
@@ -606,8 +607,9 @@ def main(args: Sequence[str]) -> int:
 
 
 def _listening_main(ns: argparse.Namespace) -> int:
-    """``marl eval --listening``: :mod:`marl.role_eval`'s cross-play and exact measures."""
-    from marl.role_eval import load_pairs, pair_listening, role_crossplay, write_tables
+    """``marl eval --listening``: :mod:`marl.competition.role_eval`'s cross-play and exact
+    measures."""
+    from marl.competition.role_eval import load_pairs, pair_listening, role_crossplay, write_tables
 
     if ns.exploitability:
         raise RunError("eval: --listening and --exploitability are separate evaluations")
@@ -678,7 +680,7 @@ def _first_run_config(specs: Sequence[str], rules_module: str | None = None) -> 
     """The run config of the first spelling that is an existing checkpoint path, as
     :func:`checkpoint_config` makes it safe to use (``rules_module``: the one the command line
     names); a spelling that is a path (it holds a ``/``) but does not exist is refused."""
-    from marl.checkpoint import load_checkpoint
+    from marl.runtime.checkpoint import load_checkpoint
 
     config = None
     for spec in specs:

@@ -3,14 +3,14 @@
 The training rollout's success is a noisy measure of the policy: its B x G episodes cover only
 B scenarios (a GRPO group repeats one), and they are sampled while the policy changes. The
 evaluation plays ``train.eval_episodes`` distinct scenarios, one episode each, with the same
-seeds at every evaluation of a run (:func:`marl.workers.eval_seeds`), before the first update
-and after the last (and every ``train.eval_every`` updates). Tags ``eval/*``, logged at the
+seeds at every evaluation of a run (:func:`marl.runtime.workers.eval_seeds`), before the first
+update and after the last (and every ``train.eval_every`` updates). Tags ``eval/*``, logged at the
 number of updates done (0 = before any RL update, after the warm-up).
 
 Because every evaluation plays the same scenarios, two evaluations are paired: each scenario
 (keyed by its seed) succeeded or failed at both. :func:`evaluation_successes` reads one
 evaluation's per-scenario outcomes and :func:`paired_metrics` compares two with McNemar's exact
-test (:func:`marl.stats.mcnemar`), which uses the pairing that two Wilson intervals ignore.
+test (:func:`marl.analysis.stats.mcnemar`), which uses the pairing that two Wilson intervals ignore.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from statistics import fmean
 from typing import Any
 
-from marl.stats import mcnemar
+from marl.analysis.stats import mcnemar
 
 GOT_WORSE = "eval/paired/got_worse"
 GOT_BETTER = "eval/paired/got_better"
@@ -64,7 +64,7 @@ def paired_metrics(before: Mapping[int, bool], after: Mapping[int, bool]) -> dic
     """Two evaluations of the same scenarios compared scenario by scenario, on the seeds both
     played: ``eval/paired/got_worse`` (succeeded before, failed after), ``got_better`` (the
     reverse) and ``mcnemar_p``, McNemar's exact two-sided p-value for "no change"
-    (:func:`marl.stats.mcnemar`; 1 when no scenario changed)."""
+    (:func:`marl.analysis.stats.mcnemar`; 1 when no scenario changed)."""
     seeds = sorted(before.keys() & after.keys())
     worse, better, p = mcnemar([before[s] for s in seeds], [after[s] for s in seeds])
     return {GOT_WORSE: float(worse), GOT_BETTER: float(better), MCNEMAR_P: p}

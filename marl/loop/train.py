@@ -2,9 +2,9 @@
 checkpoint; each phase is a function or a runtime method, and no phase reaches into another's
 internals.
 
-Policies come from ``sharing`` / ``policies`` / ``policy_map`` (:mod:`marl.policy_map`), checked
-against the scenario's agents before anything is built. The phases run in this process
-(``ray.enabled=false``) or on Ray actors (:mod:`marl.ray_runtime`); the loop is the same.
+Policies come from ``sharing`` / ``policies`` / ``policy_map`` (:mod:`marl.runtime.policy_map`),
+checked against the scenario's agents before anything is built. The phases run in this process
+(``ray.enabled=false``) or on Ray actors (:mod:`marl.runtime.ray_runtime`); the loop is the same.
 """
 
 from __future__ import annotations
@@ -19,28 +19,28 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from marl.checkpoint import check_resume, check_weights, load_checkpoint, save_checkpoint
+from marl.analysis.emergence import tracker_for
+from marl.analysis.evaluation import due, evaluation_metrics
+from marl.analysis.hparams import run_hparams, run_overrides, trial_id
+from marl.analysis.listening_log import listening_tracker
+from marl.analysis.metrics import rollout_metrics
+from marl.analysis.summary import RunSummary
+from marl.analysis.tensorboard import TensorBoardLogger
+from marl.competition.exploitability_log import tracker_for as exploitability_tracker
+from marl.competition.outcomes import episode_bonuses, outcome_metrics
 from marl.config import Config, ConfigError, load_config
 from marl.credit import is_counterfactual
 from marl.credit.advantages import RoleBaselines, advantage_scope
-from marl.credit_phase import credit_phase, mean_influence
-from marl.emergence import tracker_for
-from marl.evaluation import due, evaluation_metrics
-from marl.exploitability_log import tracker_for as exploitability_tracker
-from marl.hparams import run_hparams, run_overrides, trial_id
-from marl.listening_log import listening_tracker
-from marl.machine import fit_machine, local_gpu_count, memory_metrics
-from marl.metrics import rollout_metrics
-from marl.outcomes import episode_bonuses, outcome_metrics
-from marl.policy_map import PolicyPlan, assign_gpus, plan_for
-from marl.rollout import RolloutResult
-from marl.runtime import Runtime, make_runtime
+from marl.loop.credit_phase import credit_phase, mean_influence
+from marl.loop.timing import StepTimer
+from marl.runtime.checkpoint import check_resume, check_weights, load_checkpoint, save_checkpoint
+from marl.runtime.local import Runtime, make_runtime
+from marl.runtime.machine import fit_machine, local_gpu_count, memory_metrics
+from marl.runtime.policy_map import PolicyPlan, assign_gpus, plan_for
+from marl.runtime.rollout import RolloutResult
+from marl.runtime.seeding import rng_states, seed_everything, set_rng_states
+from marl.runtime.workers import step_seeds
 from marl.scenarios.registry import make
-from marl.seeding import rng_states, seed_everything, set_rng_states
-from marl.summary import RunSummary
-from marl.tensorboard import TensorBoardLogger
-from marl.timing import StepTimer
-from marl.workers import step_seeds
 
 __all__ = ["check_config", "policy_states", "run_dir_of", "step_seeds", "train"]
 
@@ -68,7 +68,7 @@ def check_config(config: Config) -> PolicyPlan | None:
         return None
     plan = plan_for(config)
     if config.league.enabled:
-        from marl.league import check_league, league_plan
+        from marl.competition.league import check_league, league_plan
 
         check_league(config, plan, list(plan.agent_policy))
         plan = league_plan(plan)
@@ -93,7 +93,7 @@ def _check_warmup(config: Config) -> None:
             "warm up first and resume the checkpoint with Ray"
         )
     if w.data:
-        from marl.warmup import read_transcripts
+        from marl.loop.warmup import read_transcripts
 
         read_transcripts(w.data)
         return
@@ -169,7 +169,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         baselines = _baselines(config, resume)
         league = _league(config, plan, run_dir, resume)
         if resume is None and config.warmup.steps > 0:
-            from marl.warmup import run_warmup
+            from marl.loop.warmup import run_warmup
 
             assert plan is not None
             run_warmup(
@@ -295,10 +295,10 @@ def _baselines(config: Config, resume: dict[str, Any] | None) -> RoleBaselines |
 def _league(
     config: Config, plan: PolicyPlan | None, run_dir: Path, resume: dict[str, Any] | None
 ) -> Any:
-    """The run's :class:`~marl.league.League` (None without one), restored on resume."""
+    """The run's :class:`~marl.competition.league.League` (None without one), restored on resume."""
     if not config.league.enabled or plan is None:
         return None
-    from marl.league import League
+    from marl.competition.league import League
 
     league = League(config.league, list(plan.agent_policy), run_dir / "league", seed=config.seed)
     if resume is not None and resume.get("league") is not None:
@@ -309,8 +309,8 @@ def _league(
 def _league_matchup(league: Any, runtime: Runtime, learner: str, step: int, groups: int) -> Any:
     """Snapshot the learner when due, draw the step's opponent and load its weights into the
     league's frozen policy (skipped when the workers already hold that snapshot)."""
-    from marl.league import LEAGUE_POLICY
-    from marl.policies import WeightPayload
+    from marl.competition.league import LEAGUE_POLICY
+    from marl.runtime.policies import WeightPayload
 
     if league.due(step):
         league.add_snapshot(step, runtime.policy_weights(learner).state)
@@ -328,7 +328,7 @@ def _evaluate(
     """The held-out evaluation (``train.eval_episodes``), logged at ``updates_done``: its
     metrics, each scenario's outcome by scenario seed (text ``eval/successes``) and the paired
     comparison with the run's first evaluation (``eval/paired/*``, McNemar)."""
-    from marl.evaluation import evaluation_successes
+    from marl.analysis.evaluation import evaluation_successes
 
     if not config.train.eval_episodes:
         return
@@ -351,8 +351,8 @@ def _listen(
     logger: TensorBoardLogger,
     summary: Any,
 ) -> None:
-    """The exact listening measures on held-out scenarios (:mod:`marl.listening_log`), logged
-    at ``updates_done`` beside the held-out evaluation; nothing where they do not apply."""
+    """The exact listening measures on held-out scenarios (:mod:`marl.analysis.listening_log`),
+    logged at ``updates_done`` beside the held-out evaluation; nothing where they do not apply."""
     metrics = listen(updates_done)
     if metrics:
         logger.scalars(metrics, updates_done)
@@ -399,7 +399,7 @@ def _refuse_nonfinite(policies: dict[str, dict[str, Any]], step: int) -> None:
     """A checkpoint never holds a NaN or inf: weights, masters and optimizer state are checked
     before anything is written, so ``latest`` stays on the last good checkpoint."""
     from marl.errors import RunError
-    from marl.learner import nonfinite_tensors
+    from marl.runtime.learner import nonfinite_tensors
 
     for pid, state in policies.items():
         bad = nonfinite_tensors(state)

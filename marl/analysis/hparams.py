@@ -8,7 +8,7 @@ What a run logs (``<run>/tensorboard/hparams/``, a run of its own beside the tra
   ``algo: dr_grpo`` and ``seed: 1``; in a multirun job the swept values of that job), flattened
   to dotted keys, plus ``seed`` and ``scenario.name`` when no override sets them;
 - at the end, the final metrics as scalars ``final/<tag>``
-  (:meth:`marl.summary.RunSummary.finals`: the mean of the last steps, as ``marl report``
+  (:meth:`marl.analysis.summary.RunSummary.finals`: the mean of the last steps, as ``marl report``
   computes them; an ``eval/*`` metric: the last evaluation) and a *session end* with the status
   (success, or failure when the run raised or was interrupted).
 
