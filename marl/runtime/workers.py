@@ -223,22 +223,33 @@ class RolloutWorker:
             seed=seed,
         )
 
+    def holds_model(self, policy_id: str) -> bool:
+        """Whether policy ``policy_id``'s backend holds its torch model in this worker (the
+        :class:`~marl.agents.backends.PolicyBackend` protocol's ``model``, None for a backend
+        that serves a model it does not hold): what :meth:`exploitability` needs."""
+        from marl.agents.backends import backend_target
+
+        if self.policies is None:
+            return False
+        base, _ = backend_target(self.policies.backends[policy_id])
+        return base.model is not None
+
     def exploitability(self, policy_id: str) -> dict[str, Any]:
         """Policy ``policy_id`` scored exactly as a table of the scenario's game tree with the
         weights this worker holds (:func:`marl.runtime.exploitability.score_model`; plain data):
-        how ``marl train`` scores the learner under Ray. Needs a backend with a torch model."""
+        how ``marl train`` scores the learner under Ray. Needs a backend that holds its torch
+        model here (:meth:`holds_model`)."""
         from marl.agents.backends import backend_target
         from marl.runtime.exploitability import score_model
 
         if self.policies is None:
             raise ConfigError("agents: scripted agents have no policy to score")
-        base, adapter = backend_target(self.policies.backends[policy_id])
-        model = getattr(base, "model", None)
-        if model is None:
+        if not self.holds_model(policy_id):
             raise ConfigError(
                 f"backend: {self.config.backend!r} holds no torch model to score exactly; use hf"
             )
-        return score_model(model, base.tokenizer, adapter, self.config)
+        base, adapter = backend_target(self.policies.backends[policy_id])
+        return score_model(base.model, base.tokenizer, adapter, self.config)
 
     def info(self) -> dict[str, Any]:
         """Where this worker runs."""
