@@ -1,9 +1,11 @@
 """marl: multi-agent reinforcement learning for LLM agents that talk over a communication graph.
 
 ``marl.make(name_or_path, **overrides)`` and ``marl.list_scenarios()`` work like
-``gymnasium.make``; the driver (rollouts, learners, trainer, CLI) lives in this package, and the
-building blocks live in ``marl.protocols``, ``marl.scenarios``, ``marl.agents`` and
-``marl.credit``.
+``gymnasium.make``; the driver lives in this package, in rooms (``marl.runtime``: policies,
+learners, rollout workers; ``marl.analysis``: the measures; ``marl.competition``: leagues and
+``marl eval``; ``marl.loop``: ``marl train``; the CLI and the records every room reads at the
+top level), and the building blocks live in ``marl.protocols``, ``marl.scenarios``,
+``marl.agents`` and ``marl.credit``.
 
 The two names are imported on first use, not here: importing a lower package
 (``import marl.protocols``) runs this file first, and it must not pull in the scenarios,
