@@ -27,6 +27,56 @@ from marl.runtime.ray_runtime import RayRuntime  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
+
+def _turn_logprobs(model, adapter, prompt_ids, response_ids, sampling) -> list[float]:
+    """Logprob of each response token under ``model`` with only ``adapter`` on, sampled as
+    ``sampling`` says (run inside an actor, through Ray's ``__ray_call__``)."""
+    from marl.agents.logprobs import sequence_logprobs
+    from marl.runtime.policies import adapter_active
+
+    with torch.no_grad(), adapter_active(model, adapter):
+        values, _ = sequence_logprobs(
+            model,
+            [list(prompt_ids)],
+            [list(response_ids)],
+            temperature=sampling.temperature or 1.0,
+            top_p=sampling.top_p,
+        )
+    return values[0].tolist()
+
+
+def _worker_logprobs(worker, pid, prompt_ids, response_ids) -> list[float]:
+    """Under the weights the rollout worker holds for ``pid``."""
+    backend = worker.policies.backends[pid]
+    adapter = getattr(backend, "adapter", None)
+    return _turn_logprobs(backend.model, adapter, prompt_ids, response_ids, worker.config.sampling)
+
+
+def _learner_logprobs(learner, prompt_ids, response_ids) -> list[float]:
+    """Under the learner's current weights (its own adapter on, if any; dropout off)."""
+    was_training = learner.model.training
+    learner.model.eval()
+    try:
+        return _turn_logprobs(
+            learner.model, learner.spec.adapter, prompt_ids, response_ids, learner.config.sampling
+        )
+    finally:
+        learner.model.train(was_training)
+        learner.activate()
+
+
+def on_worker(rt, pid: str, turn) -> list[float]:
+    return rt.call_worker(
+        0, "__ray_call__", _worker_logprobs, pid, turn.prompt_ids, turn.response_ids
+    )
+
+
+def on_learner(rt, pid: str, turn) -> list[float]:
+    return rt.call_learner(
+        pid, "__ray_call__", _learner_logprobs, turn.prompt_ids, turn.response_ids
+    )
+
+
 AGENTS = ["a", "b", "c", "d"]
 # Fractional CPUs: four actors fit on this 2-core machine without waiting for each other.
 RAY = {
@@ -126,11 +176,11 @@ def test_new_weights_reach_the_rollout_side_before_the_next_rollout(runtime) -> 
 
     def through_rollout(pid: str) -> list[float]:
         turn = turns[pid]
-        return rt.call_worker(0, "logprobs", pid, turn.prompt_ids, turn.response_ids)
+        return on_worker(rt, pid, turn)
 
     def from_learner(pid: str) -> list[float]:
         turn = turns[pid]
-        return rt.call_learner(pid, "logprobs", turn.prompt_ids, turn.response_ids)
+        return on_learner(rt, pid, turn)
 
     before = {pid: through_rollout(pid) for pid in turns}
     for pid in turns:  # full model and LoRA adapter alike
@@ -182,12 +232,12 @@ def test_checkpoint_state_round_trips_through_the_learners(runtime) -> None:
     turn = next(t for t in rollout.turns if t.policy_id == "own")
     saved = rt.state()
     assert {p: s["kind"] for p, s in saved.items()} == {"team": "full", "own": "adapter"}
-    before = rt.call_learner("own", "logprobs", turn.prompt_ids, turn.response_ids)
+    before = on_learner(rt, "own", turn)
     rt.update(rollout.turns)
     rt.sync()
     rt.load_state(saved)  # back to the saved weights, on the learners and the workers alike
-    assert rt.call_learner("own", "logprobs", turn.prompt_ids, turn.response_ids) == before
-    again = rt.call_worker(0, "logprobs", "own", turn.prompt_ids, turn.response_ids)
+    assert on_learner(rt, "own", turn) == before
+    again = on_worker(rt, "own", turn)
     assert again == pytest.approx(before, abs=1e-5)
     assert rt.call_learner("own", "info")["version"] == saved["own"]["version"]
 
