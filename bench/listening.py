@@ -14,7 +14,7 @@ Conditions (each ``marl train`` on SmolLM2-135M with one LoRA adapter per agent,
 
 For each run, the held-out success (64 scenarios, ``eval/success`` before the first update and
 after the last) is read from its TensorBoard events, and its checkpoints are measured exactly
-with :func:`marl.role_eval.pair_listening` (CIC, influence, success, null message, message swap:
+with :func:`marl.competition.role_eval.pair_listening` (CIC, influence, success, null message, message swap:
 docs/emergence.md) on ``--listening-episodes`` held-out scenarios: before RL (the step-0
 checkpoint after the warm-up, or the base model for ``rl``, measured once), after it, and for
 ``code`` also half-way; ``cut`` after RL only. Each measurement is cached next to its
@@ -23,7 +23,7 @@ Headline numbers are seed-clustered: the mean of per-seed values with a t-interv
 (:func:`marl.stats.seed_clustered`); before/after differences are paired by seed.
 
 Cross-play: the five ``warmup_rl`` pairs and the base model, every speaker with every listener,
-``--crossplay-episodes`` (24) held-out scenarios per cell (:func:`marl.role_eval.role_crossplay`).
+``--crossplay-episodes`` (24) held-out scenarios per cell (:func:`marl.competition.role_eval.role_crossplay`).
 
     .venv/bin/python bench/listening.py                  # train what is missing, then measure
     .venv/bin/python bench/listening.py --conditions warmup_rl --seeds 0   # one run
@@ -43,8 +43,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
 
-from marl.role_eval import json_safe  # noqa: E402
-from marl.stats import mean_interval, seed_clustered  # noqa: E402
+from marl.analysis.stats import mean_interval, seed_clustered  # noqa: E402
+from marl.competition.role_eval import json_safe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CUT = "+scenario.overrides={graph: {cut: [[speaker, listener]]}}"
@@ -86,7 +86,7 @@ def train_missing(args: argparse.Namespace, condition: str, seed: int) -> None:
 def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, Any]:
     """The run's held-out success and exact listening measures at its measured steps."""
     from marl.agents.backends import SamplingConfig
-    from marl.role_eval import load_pairs, pair_listening
+    from marl.competition.role_eval import load_pairs, pair_listening
 
     _, steps = CONDITIONS[condition]
     where = run_dir(args, condition, seed)
@@ -255,7 +255,7 @@ def plot(path: Path, runs: list[dict[str, Any]]) -> None:
 
 def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     from marl.agents.backends import SamplingConfig
-    from marl.role_eval import load_pairs, role_crossplay, write_tables
+    from marl.competition.role_eval import load_pairs, role_crossplay, write_tables
 
     _, steps = CONDITIONS["warmup_rl"]
     specs = [
