@@ -14,16 +14,17 @@ Conditions (each ``marl train`` on SmolLM2-135M with one LoRA adapter per agent,
 
 For each run, the held-out success (64 scenarios, ``eval/success`` before the first update and
 after the last) is read from its TensorBoard events, and its checkpoints are measured exactly
-with :func:`marl.competition.role_eval.pair_listening` (CIC, influence, success, null message, message swap:
-docs/emergence.md) on ``--listening-episodes`` held-out scenarios: before RL (the step-0
-checkpoint after the warm-up, or the base model for ``rl``, measured once), after it, and for
-``code`` also half-way; ``cut`` after RL only. Each measurement is cached next to its
-checkpoint (``listening_<step>.json``).
+with :func:`marl.competition.role_eval.pair_listening` (CIC, influence, success, null
+message, message swap: docs/emergence.md) on ``--listening-episodes`` held-out scenarios:
+before RL (the step-0 checkpoint after the warm-up, or the base model for ``rl``, measured
+once), after it, and for ``code`` also half-way; ``cut`` after RL only. Each measurement is
+cached next to its checkpoint (``listening_<step>.json``).
 Headline numbers are seed-clustered: the mean of per-seed values with a t-interval over seeds
-(:func:`marl.stats.seed_clustered`); before/after differences are paired by seed.
+(:func:`marl.analysis.stats.seed_clustered`); before/after differences are paired by seed.
 
 Cross-play: the five ``warmup_rl`` pairs and the base model, every speaker with every listener,
-``--crossplay-episodes`` (24) held-out scenarios per cell (:func:`marl.competition.role_eval.role_crossplay`).
+``--crossplay-episodes`` (24) held-out scenarios per cell
+(:func:`marl.competition.role_eval.role_crossplay`).
 
     .venv/bin/python bench/listening.py                  # train what is missing, then measure
     .venv/bin/python bench/listening.py --conditions warmup_rl --seeds 0   # one run
