@@ -249,3 +249,17 @@ def collect_runs(
             elif (run_dir / "wall_s.json").exists():
                 results[name].append(load_run(run_dir))
     return {name: runs for name, runs in results.items() if runs}
+
+
+def paired(
+    before: Sequence[float | None], after: Sequence[float | None], least: int = 1
+) -> dict[str, float] | None:
+    """The mean of after - before over the seeds that have both, with its paired 95%
+    t-interval (:func:`marl.analysis.stats.mean_interval`); None with fewer than ``least``."""
+    from marl.analysis.stats import mean_interval
+
+    diffs = [a - b for a, b in zip(after, before) if a is not None and b is not None]
+    if not diffs or len(diffs) < least:
+        return None
+    mean, low, high = mean_interval(diffs)
+    return {"mean": mean, "low": low, "high": high, "seeds": len(diffs)}

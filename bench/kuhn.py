@@ -84,9 +84,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
+from common import paired, read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
 
-from marl.analysis.stats import mean_interval, seed_clustered  # noqa: E402
+from marl.analysis.stats import seed_clustered  # noqa: E402
 from marl.competition.role_eval import json_safe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,15 +201,6 @@ def clustered(values: list[float]) -> dict[str, float] | None:
         return None
     mean, low, high = seed_clustered([[v] for v in values])
     return {"mean": mean, "low": low, "high": high, "seeds": len(values)}
-
-
-def paired(before: list[float], after: list[float]) -> dict[str, float] | None:
-    """The mean of after - before over seeds, with its paired 95% t-interval."""
-    diffs = [a - b for a, b in zip(after, before)]
-    if not diffs:
-        return None
-    mean, low, high = mean_interval(diffs)
-    return {"mean": mean, "low": low, "high": high, "seeds": len(diffs)}
 
 
 def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:

@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
+from common import paired, read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
 
-from marl.analysis.stats import mean_interval, seed_clustered  # noqa: E402
+from marl.analysis.stats import seed_clustered  # noqa: E402
 from marl.competition.role_eval import json_safe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,15 +160,6 @@ def clustered(values: list[float | None]) -> dict[str, float] | None:
     return {"mean": mean, "low": low, "high": high, "seeds": len(kept)}
 
 
-def paired(before: list[float | None], after: list[float | None]) -> dict[str, float] | None:
-    """The mean after - before over seeds, with its paired 95% t-interval."""
-    diffs = [a - b for a, b in zip(after, before) if a is not None and b is not None]
-    if len(diffs) < 2:
-        return None
-    mean, low, high = mean_interval(diffs)
-    return {"mean": mean, "low": low, "high": high, "seeds": len(diffs)}
-
-
 def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     mine = [r for r in runs if r["condition"] == condition]
     if not mine:
@@ -180,7 +171,7 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["heldout_success"] = {
         "before": clustered(before),
         "after": clustered(after),
-        "change": paired(before, after),
+        "change": paired(before, after, least=2),
     }
     out["speaker_mi"] = clustered([r["speaker_mi"] for r in mine])
     for step in sorted({s for r in mine for s in r["listening"]}, key=int):
@@ -191,6 +182,7 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["cic_change"] = paired(
         [(r["listening"].get(first) or {}).get("cic") for r in mine],
         [(r["listening"].get(last) or {}).get("cic") for r in mine],
+        least=2,
     )
     return out
 
