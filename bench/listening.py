@@ -84,9 +84,21 @@ def train_missing(args: argparse.Namespace, condition: str, seed: int) -> None:
     )
 
 
+def _sampling(config: dict[str, Any]) -> Any:
+    """The sampling a run trained with (its saved config's ``sampling`` group), as a
+    ``SamplingConfig``: the settings every measurement of its checkpoints uses."""
+    from marl.agents.backends import SamplingConfig
+
+    s = config["sampling"]
+    return SamplingConfig(
+        max_new_tokens=s["max_new_tokens"],
+        temperature=s["temperature"],
+        response_prefix=bool(s.get("response_prefix")),
+    )
+
+
 def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, Any]:
     """The run's held-out success and exact listening measures at its measured steps."""
-    from marl.agents.backends import SamplingConfig
     from marl.competition.role_eval import load_pairs, pair_listening
 
     _, steps = CONDITIONS[condition]
@@ -94,11 +106,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     scalars = read_scalars(where / "tensorboard")
     success = scalars.get("eval/success", [])
     config = json.loads(json.dumps(_saved_config(where)))
-    sampling = SamplingConfig(
-        max_new_tokens=config["sampling"]["max_new_tokens"],
-        temperature=config["sampling"]["temperature"],
-        response_prefix=bool(config["sampling"].get("response_prefix")),
-    )
+    sampling = _sampling(config)
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
     points = {"code": [0, steps // 2, steps], "cut": [steps]}.get(condition, [0, steps])
@@ -247,7 +255,6 @@ def plot(path: Path, runs: list[dict[str, Any]]) -> None:
 
 
 def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
-    from marl.agents.backends import SamplingConfig
     from marl.competition.role_eval import load_pairs, role_crossplay, write_tables
 
     _, steps = CONDITIONS["warmup_rl"]
@@ -271,11 +278,7 @@ def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         config["scenario"].get("overrides") or {},
         episodes=args.crossplay_episodes,
         seed=args.eval_seed,
-        sampling=SamplingConfig(
-            max_new_tokens=config["sampling"]["max_new_tokens"],
-            temperature=config["sampling"]["temperature"],
-            response_prefix=bool(config["sampling"].get("response_prefix")),
-        ),
+        sampling=_sampling(config),
     )
     write_tables(out, cells, {})
     return cells
