@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,54 +36,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.subprocess]
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def head_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def head_node(tmp_path_factory: pytest.TempPathFactory, start_ray_head) -> Iterator[str]:
     """The address of a 2-CPU head node started by ``ray start --head`` for this module."""
-    if os.path.exists("/tmp/marl-experiment.lock"):
-        pytest.skip("a measurement is running (/tmp/marl-experiment.lock): no Ray head node now")
-    port = _free_port()
-    ports = [
-        f"--{name}={_free_port()}"
-        for name in (
-            "ray-client-server-port",
-            "dashboard-port",
-            "dashboard-agent-listen-port",
-            "dashboard-agent-grpc-port",
-            "runtime-env-agent-port",
-            "metrics-export-port",
-        )
-    ]
     log = tmp_path_factory.mktemp("ray-head") / "ray-start.log"
-    with log.open("w") as out:
-        head = subprocess.Popen(
-            [
-                RAY, "start", "--head", "--block", f"--port={port}", *ports, "--num-cpus=2",
-                "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-            start_new_session=True,  # its own process group: the teardown kills only it
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while "Ray runtime started" not in log.read_text():
-            if head.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"ray start --head did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
-        yield f"127.0.0.1:{port}"
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        # SIGTERM would drain for 30 s; the head's GCS, raylet and workers share its group
-        os.killpg(head.pid, signal.SIGKILL)
-        head.wait()
+    with start_ray_head(log, {**os.environ, "RAY_AUTH_MODE": "disabled"}) as (address, _):
+        try:
+            yield address
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
 
 
 CLUSTER_OVERRIDES = [

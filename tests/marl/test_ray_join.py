@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -134,45 +133,19 @@ def test_the_refusal_finds_values_that_fit_for_every_sharing_mode(
 
 
 @pytest.fixture(scope="module")
-def auth_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def auth_head(
+    tmp_path_factory: pytest.TempPathFactory, start_ray_head
+) -> Iterator[tuple[str, Path]]:
     """(address, token file) of a 2-CPU head node started as ``ray start --head`` starts."""
-    if os.path.exists("/tmp/marl-experiment.lock"):
-        pytest.skip("a measurement is running (/tmp/marl-experiment.lock): no Ray head node now")
     home = tmp_path_factory.mktemp("ray-home")
-    port = _free_port()
-    ports = [
-        f"--{name}={_free_port()}"
-        for name in (
-            "ray-client-server-port", "dashboard-port", "dashboard-agent-listen-port",
-            "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
-        )
-    ]  # fmt: skip
     env = {**{k: v for k, v in os.environ.items() if k not in AUTH_VARS}, "HOME": str(home)}
     # a machine where Ray has run before has a token; ray start --head then turns auth on
     subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True)
     log = home / "ray-start.log"
-    with log.open("w") as out:
-        head = subprocess.Popen(
-            [
-                RAY, "start", "--head", "--block", f"--port={port}", *ports, "--num-cpus=2",
-                "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,  # its own HOME and token file, not the user's
-            start_new_session=True,  # its own process group: the teardown kills only it
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while "Ray runtime started" not in log.read_text():
-            if head.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"ray start --head did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
+    # its own HOME and token file, not the user's
+    with start_ray_head(log, env) as (address, _):
         assert "Token authentication is enabled" in log.read_text()
-        yield f"127.0.0.1:{port}", home / ".ray" / "auth_token"
-    finally:
-        os.killpg(head.pid, signal.SIGKILL)
-        head.wait()
+        yield address, home / ".ray" / "auth_token"
 
 
 OVERRIDES = [
