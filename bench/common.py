@@ -184,6 +184,19 @@ def run_marl(args: Sequence[str], threads: int, what: str, log: Path | None = No
     return time.time() - began
 
 
+def run_sampling(config: dict[str, Any]) -> Any:
+    """The sampling a run trained with (its saved config's ``sampling`` group), as a
+    ``SamplingConfig``: the settings every measurement of its checkpoints uses."""
+    from marl.agents.backends import SamplingConfig
+
+    s = config["sampling"]
+    return SamplingConfig(
+        max_new_tokens=s["max_new_tokens"],
+        temperature=s["temperature"],
+        response_prefix=bool(s.get("response_prefix")),
+    )
+
+
 def run_command(run_dir: Path) -> str | None:
     """The ``marl train`` command that made the run in ``run_dir``, read back from what Hydra
     wrote there: ``.hydra/hydra.yaml`` (the config name and the ``hydra.*`` overrides, such as

@@ -84,10 +84,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import paired, read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
+from common import (  # noqa: E402  (bench helpers)
+    paired,
+    read_scalars,
+    run_command,
+    run_marl,
+    run_sampling,
+)
 
 from marl.analysis.stats import seed_clustered  # noqa: E402
 from marl.competition.role_eval import json_safe  # noqa: E402
+from marl.scenarios.builtin.kuhn_tree import INFO_SETS, nash_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONDITIONS: dict[str, list[str]] = {
@@ -192,7 +199,39 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
         "step_time_median_s": statistics.median(step_times) if step_times else None,
         "learner_turns_per_step": statistics.fmean(turns) if turns else None,
         "wall_s": json.loads(wall.read_text()) if wall.is_file() else None,
+        "final_table": final_table(args, condition, seed),
     }
+
+
+def final_table(args: argparse.Namespace, condition: str, seed: int) -> dict[str, Any]:
+    """What the run learned: its final checkpoint scored as a table of the game (as ``marl eval
+    --exploitability`` scores it, with the run's sampling settings). Per information set, the
+    probability of the aggressive move (bet, or call) and the malformed mass; with the
+    exploitability, which should equal the run's last ``league/exploitability``. Cached in the
+    run's ``final_table.json`` (a load of the checkpoint, ~20 s for SmolLM2)."""
+    import yaml
+
+    where = run_dir(args, condition, seed)
+    cache = where / "final_table.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    from marl.competition.players import build_backends, parse_players
+    from marl.runtime.exploitability import exploitability_report
+
+    config = yaml.safe_load((where / "config.yaml").read_text())
+    scenario = config["scenario"]["name"]
+    overrides = config["scenario"].get("overrides") or {}
+    players = parse_players([f"learner={where}", "random"])  # eval's parser wants two players
+    report = exploitability_report(
+        players, build_backends(players), scenario, overrides, sampling=run_sampling(config)
+    )["learner"]
+    out = {
+        "exploitability": report["exploitability"],
+        "aggressive": report["table"],
+        "malformed": {key: s["malformed"] for key, s in report["info_sets"].items()},
+    }
+    cache.write_text(json.dumps(json_safe(out), indent=1) + "\n")
+    return out
 
 
 def clustered(values: list[float]) -> dict[str, float] | None:
@@ -311,7 +350,33 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"| {r['condition']} | {r['seed']} | {s:.3f} | {e:.3f} | {e - s:+.3f} "
             f"| `{r['command'] or '-'}` |"
         )
+    lines += learned_markdown(runs)
     return "\n".join(lines)
+
+
+def learned_markdown(runs: list[dict[str, Any]]) -> list[str]:
+    """What each condition learned: the final tables' probability of the aggressive move at
+    each information set, every seed, beside the Nash bot's (alpha 1/6) and random play's."""
+    nash = nash_policy()
+    lines = [
+        "",
+        "What each run learned: the final checkpoint's probability of the aggressive move (bet "
+        "at J/Q/K and Jp/Qp/Kp, call at ..b and ..pb; p = check, b = bet) at each information "
+        "set, one value per seed (seed order as above), scored as `marl eval --exploitability` "
+        "scores it; the Nash bot's for reference (random play: 0.50 everywhere).",
+        "",
+        "| info set | Nash bot | " + " | ".join(CONDITIONS) + " |",
+        "|---|---|" + "---|" * len(CONDITIONS),
+    ]
+    for key in INFO_SETS:
+        cells = []
+        for condition in CONDITIONS:
+            mine = [
+                r["final_table"]["aggressive"][key] for r in runs if r["condition"] == condition
+            ]
+            cells.append(" ".join(f"{p:.2f}" for p in mine) or "-")
+        lines.append(f"| {key} | {nash[key]:.2f} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(path: Path, table: dict[str, Any], runs: list[dict[str, Any]]) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import paired, read_scalars, run_command, run_marl  # noqa: E402  (bench helpers)
+from common import paired, read_scalars, run_command, run_marl, run_sampling  # noqa: E402  (bench helpers)
 
 from marl.analysis.stats import seed_clustered  # noqa: E402
 from marl.competition.role_eval import json_safe  # noqa: E402
@@ -84,19 +84,6 @@ def train_missing(args: argparse.Namespace, condition: str, seed: int) -> None:
     )
 
 
-def _sampling(config: dict[str, Any]) -> Any:
-    """The sampling a run trained with (its saved config's ``sampling`` group), as a
-    ``SamplingConfig``: the settings every measurement of its checkpoints uses."""
-    from marl.agents.backends import SamplingConfig
-
-    s = config["sampling"]
-    return SamplingConfig(
-        max_new_tokens=s["max_new_tokens"],
-        temperature=s["temperature"],
-        response_prefix=bool(s.get("response_prefix")),
-    )
-
-
 def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, Any]:
     """The run's held-out success and exact listening measures at its measured steps."""
     from marl.competition.role_eval import load_pairs, pair_listening
@@ -106,7 +93,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     scalars = read_scalars(where / "tensorboard")
     success = scalars.get("eval/success", [])
     config = json.loads(json.dumps(_saved_config(where)))
-    sampling = _sampling(config)
+    sampling = run_sampling(config)
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
     points = {"code": [0, steps // 2, steps], "cut": [steps]}.get(condition, [0, steps])
@@ -278,7 +265,7 @@ def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         config["scenario"].get("overrides") or {},
         episodes=args.crossplay_episodes,
         seed=args.eval_seed,
-        sampling=_sampling(config),
+        sampling=run_sampling(config),
     )
     write_tables(out, cells, {})
     return cells

@@ -349,6 +349,10 @@ def run_warmup(
                 metrics[f"warmup/{pid}/{key}"] = value
         if log is not None:
             log(metrics, step + 1)
+    for pl in learners.values():  # the KL (algo.beta) anchors RL to the warmed-up policy
+        reset = getattr(getattr(pl, "learner", None), "reset_reference", None)
+        if reset is not None:
+            reset()
     return metrics
 
 

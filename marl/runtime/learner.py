@@ -184,6 +184,18 @@ class Learner:
             for p in self.reference.parameters():
                 p.requires_grad_(False)
 
+    def reset_reference(self) -> bool:
+        """Make the frozen reference a copy of the model as it is now: called after the
+        imitation warm-up, so the KL anchors RL to the policy it starts from (the warmed-up
+        model, as TRL's reference is the SFT model), not to the base model the warm-up left.
+        A LoRA model's reference stays its base (adapter off). Returns whether it was reset."""
+        if self.reference is None:
+            return False
+        with torch.no_grad():
+            for ref, live in zip(self.reference.parameters(), self.model.parameters()):
+                ref.copy_(live)  # same module tree: deepcopy of this model
+        return True
+
     def update(self, turns: Sequence[TurnRecord]) -> dict[str, float]:
         """``epochs`` passes of minibatch steps on ``turns``; returns averaged metrics.
 

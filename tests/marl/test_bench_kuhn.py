@@ -43,6 +43,11 @@ def run(condition: str, seed: int, start: float, end: float) -> dict:
         "step_time_median_s": 5.0,
         "learner_turns_per_step": 36.0,
         "wall_s": 200.0 + seed,
+        "final_table": {
+            "exploitability": end,
+            "aggressive": {key: 0.25 + 0.01 * seed for key in kuhn.INFO_SETS},
+            "malformed": {key: 0.0 for key in kuhn.INFO_SETS},
+        },
     }
 
 
@@ -90,6 +95,8 @@ def test_one_seed_has_no_interval_and_cannot_meet_the_goal(tmp_path: Path) -> No
     assert not table["selfplay"]["goal"]["met"]
     text = kuhn.markdown(table, runs)
     assert "| selfplay | 1 | 0.450 -> 0.100 | -0.350 |" in text
+    assert "| Jb | 0.00 | - | - | - |" not in text  # a condition without runs shows "-"
+    assert "| Kb | 1.00 | 0.25 | - | - |" in text  # the Nash bot always calls with the king
     kuhn.plot(tmp_path / "curves.png", table, runs)
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
@@ -123,7 +130,12 @@ def test_a_tiny_run_end_to_end(tmp_path: Path) -> None:
     assert record["model"] == "tiny" and record["scored_steps"] == [0, 1]
     assert "league=bot_rule" in record["command"] and "seed=0" in record["command"]
     assert 0.0 <= record["end"]["exploitability"] <= 1.5
-    assert (out / "table.md").read_text().count("| vs_nash |") == 2  # summary row, run row
+    rows = (out / "table.md").read_text().splitlines()
+    assert sum(row.startswith("| vs_nash |") for row in rows) == 2  # summary row, run row
     assert (out / "curves.png").is_file()
+    learned = record["final_table"]  # the final checkpoint scored again, as marl eval does
+    assert learned["exploitability"] == pytest.approx(record["end"]["exploitability"], abs=1e-3)
+    assert set(learned["aggressive"]) == set(kuhn.INFO_SETS)
+    assert (runs / "vs_nash" / "seed0" / "final_table.json").is_file()
     again = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)  # nothing to train
     assert again.returncode == 0 and "$ marl train" not in again.stdout

@@ -132,3 +132,21 @@ def test_unknown_warmup_agents_name_the_key() -> None:
         check_config(load_config({**BASE, "warmup": {"steps": 1, "agents": ["lisener"]}}))
     with pytest.raises(ConfigError, match="warmup.bots.listener: no scripted bot 'x'"):
         check_config(load_config({**BASE, "warmup": {"steps": 1, "bots": {"listener": "x"}}}))
+
+
+def test_the_kl_reference_is_the_warmed_up_model() -> None:
+    """With ``algo.beta`` > 0 the KL anchors RL to the policy it starts from: the reference is
+    taken again after the warm-up (the base model would pull RL back off the move format)."""
+    config, plan, runtime = _runtime(
+        {"algo": {"beta": 0.1}, "warmup": {**BASE["warmup"], "steps": 2}}
+    )
+    learner = runtime.learners["shared"].learner
+    assert learner.reference is not None
+    base = {k: v.clone() for k, v in learner.reference.state_dict().items()}
+    run_warmup(config, runtime.learners, plan.policy_of, progress=False)
+    live = learner.model.state_dict()
+    moved = [k for k, v in base.items() if not torch.equal(v, live[k])]
+    assert moved  # the warm-up changed the model...
+    for name, value in learner.reference.state_dict().items():  # ...and the reference with it
+        assert torch.equal(value, live[name]), name
+    assert not any(p.requires_grad for p in learner.reference.parameters())
