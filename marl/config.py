@@ -146,7 +146,8 @@ class UpdateSettings:
     aggregation: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO): one of
                  ``marl.losses.Aggregation``.
     clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high].
-    beta:        weight of the k3 KL to the frozen initial policy (0 = no reference model).
+    beta:        weight of the k3 KL to the frozen initial policy, the model RL starts from
+                 (after the warm-up; a LoRA policy's base) (0 = no reference model).
     lr, weight_decay, max_grad_norm: AdamW and gradient clipping.
     epochs:      passes over the policy's turns of an iteration, shuffled each time.
     minibatch_size: turns per optimizer step. Each pass cuts the policy's N turns that have a

@@ -16,7 +16,9 @@ One :meth:`Learner.update` on the N turns of an iteration that have a response:
   (the same as ``beta = 1e-12`` gives, up to the KL term). The scale therefore depends neither
   on which turns are skipped nor on whether beta is 0. A minibatch with no turn to run has no
   gradient and takes no optimizer step.
-- **KL.** With ``beta > 0`` the k3 KL to the frozen reference compares the two models'
+- **KL.** With ``beta > 0`` the k3 KL to the frozen reference (a copy of the model RL starts
+  from: taken again after the imitation warm-up, :meth:`Learner.reset_reference`; a LoRA
+  model's own base, adapter off) compares the two models'
   untruncated (temperature only, no top-p) logprobs, finite for every token; the ratio uses the
   sampling distribution (temperature, then top-p) that the behaviour policy drew from. Both
   log-ratios are clamped before ``exp`` (:data:`marl.losses.LOG_RATIO_BOUND`), so a

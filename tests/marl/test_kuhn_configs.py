@@ -1,5 +1,6 @@
 """The Kuhn Poker job of issue 27 (``configs/kuhn.yaml``, trained three ways by bench/kuhn.py)
-composes and resolves: SmolLM2 self-play with the league and ``algo=rae``; ``league=bot_rule``
+composes and resolves: SmolLM2 self-play with the league, GRPO groups of hands on one deal and a
+KL anchor to the warmed-up model; ``league=bot_rule``
 and ``league=bot_random`` train the same job against one scripted bot; the warm-up teaches the
 move format with uniformly random moves, whatever the card (never the Nash strategy); and the
 job trains one step against the Nash bot with the tiny model (the league's own tests check that
@@ -24,16 +25,33 @@ def load(*overrides: str) -> Config:
         return load_config(compose(config_name="kuhn", overrides=list(overrides)))
 
 
-def test_kuhn_is_smollm2_self_play_with_rae_and_exploitability_every_5_updates() -> None:
+def test_kuhn_is_smollm2_self_play_with_grpo_groups_and_exploitability_every_5_updates() -> None:
     config = load()
     assert config.scenario.name == "kuhn-poker-v0" and config.model.kind == "embedded"
-    assert config.algo.advantage == "rae"
+    assert config.algo.advantage == "grpo" and config.train.group_size > 1
+    assert config.train.seeds_per_step * config.train.group_size == 16  # hands an iteration
+    assert config.algo.beta > 0  # the anchor to the warmed-up policy (configs/kuhn.yaml)
     assert config.league.enabled and config.league.mix == {"self": 1.0}
     plan = plan_for(config)
     assert plan.trainable == ["shared"]  # one full-model policy on both seats (the league's)
     assert plan.policies["shared"].lora is None
     assert config.train.steps >= 30 and config.train.exploitability_every == 5
     assert config.sampling.response_prefix and config.sampling.temperature == 1.0
+
+
+def test_a_group_replays_one_deal() -> None:
+    """GRPO compares the hands of a group: they are played from one scenario seed, so they
+    share the deal, and the advantage compares moves, not cards."""
+    from marl.scenarios.registry import make
+
+    config = load("model=tiny")
+    hands = []
+    for seed in (11, 11, 12, 13, 14, 15):
+        env = make(config.scenario.name, **dict(config.scenario.overrides))
+        observations, _ = env.reset(seed=seed)
+        hands.append(tuple(o.split("Your card is ")[1][0] for o in observations.values()))
+    assert hands[0] == hands[1]
+    assert len(set(hands[1:])) > 1  # other seeds, other deals
 
 
 @pytest.mark.parametrize("bot", ["rule", "random"])
@@ -78,6 +96,7 @@ def test_one_step_against_the_nash_bot_with_the_tiny_model(tmp_path: Path) -> No
         "model=tiny",
         "train.steps=1",
         "train.seeds_per_step=4",
+        "train.group_size=1",  # 4 hands
         "warmup.steps=1",
         "warmup.episodes=2",
         "logging.progress=false",
