@@ -2,20 +2,21 @@
 exploitability of what it learned, 5 seeds per condition.
 
 Conditions (each ``marl train --config-name kuhn``: configs/kuhn.yaml, SmolLM2-135M full
-fine-tuning, one policy on both seats, ``algo=rae``, 16 hands an iteration, a format-only
-warm-up first):
+fine-tuning, one policy on both seats, GRPO over groups of 4 hands on one deal with a KL anchor
+to the warmed-up model, 16 hands an iteration, a format-only warm-up first):
 
   selfplay   ``league=selfplay``: the learner plays both seats, both trained (SPIRAL's setup).
   vs_nash    ``league=bot_rule``: against the scenario's rule bot, a Nash equilibrium (bluff
-             rate 1/6). The learner plays one seat per hand (alternating), only its turns train.
+             rate 1/6). The learner plays one seat per group (alternating), only its turns train.
   vs_random  ``league=bot_random``: the same against the uniform random bot.
 
 The warm-up (configs/kuhn.yaml ``warmup:``) imitates the ``format`` bot, which for Kuhn Poker
 is the random bot: it teaches the reply format (one move word, then the end of the turn) with
-uniformly random moves, whatever the card, so it teaches no strategy; it pulls the policy
-towards uniform play (exploitability 11/24). It is needed: the base model named exactly one
-legal move in 28 of 96 sampled replies and put under 0.001 of its mass on the exact replies
-that the table scores (configs/kuhn.yaml has the measurement).
+uniformly random moves, whatever the card, so it teaches no strategy. It is needed: the base
+model named exactly one legal move in 28 of 96 sampled replies and put under 0.001 of its mass
+on the exact replies that the table scores (configs/kuhn.yaml has the measurement). Its table
+is not uniform (a few hundred random moves, fitted: exploitability 0.34-0.75 by seed), so each
+run's start is measured, not assumed.
 
 Every run logs the learner's exact exploitability (``league/exploitability``, chips a hand;
 NashConv / 2: 0 at a Nash equilibrium, 11/24 for uniform random play), ``league/nash_conv``,
@@ -38,38 +39,24 @@ removed and trained again. Runs live under ``--runs``/<condition>/seed<k>, one s
 time; each writes ``wall_s.json`` beside its events. ``--steps`` says which checkpoint is final,
 also with ``--no-train``.
 
-Sizes (configs/kuhn.yaml), and why a SmolLM2 run of 30 iterations should take 3-4 minutes here.
-A hand has 2.25 turns on average under uniform play (2 after check-check or a bet, 3 after
-check-bet), so an iteration of 16 hands gives 36 turns in self-play and ~18 learner turns
-against a bot (the tiny smoke runs, whose model always checks, logged ``policies/shared/turns``
-32 and 19-20). Kuhn Poker shows a player only 12 distinct observations (card x betting), all
-after one system prompt (~255 tokens a prompt with SmolLM2's tokenizer, ~190 of them shared),
-and both generation and the update run each distinct prompt once and the shared prefix once
-(``share_prompts``: bench/results/shared_prompts.json, the update 4.1x faster on repeated
-prompts, 2.9x on a shared system prompt). So an iteration is about:
-
-- rollout: 3 rounds, each a prefill of <= 6 distinct prompt tails (~60 tokens each) and at most
-  6 decoding steps for <= 16 rows (replies are 2 tokens after the format warm-up): ~1 s a round;
-- update: one optimizer step over every turn, in microbatches of 8 (~15 prompt tails and the
-  prefix, ~1,200 prompt tokens), at the full-model rate measured for SmolLM2 here (610 tokens/s
-  on 1 thread, bf16: bench/results/trl_vs_marl_bfloat16.json), plus the AdamW step on fp32
-  masters: ~2 s;
-
-~5.5 s in all, ~3 minutes for 30 iterations, and ~4 minutes a run with the warm-up (8 steps of
-~18 turns, ~20 s), 7 exact scorings (12 prompts in one forward pass: 3.3 s measured for the base
-model on 1 thread of this loaded machine) and the start-up and final checkpoint (~30 s); 15 runs
-in about an hour. An estimate, not a measurement: the table reports each condition's median
-``perf/step_time`` and run time.
+Sizes (configs/kuhn.yaml): an iteration plays 16 hands (~36 turns in self-play, ~18 learner
+turns against a bot) and takes one optimizer step on the full model. Kuhn Poker shows a player
+only 12 distinct observations after one system prompt, so generation and the update run each
+distinct prompt once (``share_prompts``). The table reports each condition's median
+``perf/step_time`` and run time: on the 2-core CPU here a self-play iteration took ~10-13 s
+(the update, forward and backward over 135M parameters and the AdamW step, is most of it),
+and a run ~9 minutes with the warm-up and the 7 exact scorings.
 
     .venv/bin/python bench/kuhn.py                        # train what is missing, tabulate
     .venv/bin/python bench/kuhn.py --no-train             # tabulate the runs there
     .venv/bin/python bench/kuhn.py --conditions selfplay --seeds 0      # one run
     .venv/bin/python bench/kuhn.py --model tiny --steps 2 --seeds 0 --every 1 --threads 1 \\
-        --runs /tmp/kuhn_runs --out /tmp/kuhn_out train.seeds_per_step=4 warmup.steps=1
+        --runs /tmp/kuhn_runs --out /tmp/kuhn_out train.seeds_per_step=1 warmup.steps=1
                                                           # a wiring check with the tiny model
 
 Writes ``--out`` (bench/results/kuhn/): summary.json (per run: command, curves, start/end; per
-condition: the seed-clustered numbers and the goal check), table.md and curves.png.
+condition: the seed-clustered numbers and the goal check; per run the final table, cached in
+the run as final_table.json), table.md (with what each run learned) and curves.png.
 """
 
 from __future__ import annotations
@@ -103,7 +90,7 @@ CONDITIONS: dict[str, list[str]] = {
     "vs_random": ["league=bot_random"],
 }
 LABELS = {
-    "selfplay": "self-play (league, rae)",
+    "selfplay": "self-play (league, GRPO, KL anchor)",
     "vs_nash": "against the Nash bot",
     "vs_random": "against the random bot",
 }
