@@ -81,6 +81,7 @@ from common import (  # noqa: E402  (bench helpers)
 
 from marl.analysis.stats import seed_clustered  # noqa: E402
 from marl.competition.role_eval import json_safe  # noqa: E402
+from marl.scenarios.builtin import kuhn_tree  # noqa: E402
 from marl.scenarios.builtin.kuhn_tree import INFO_SETS, nash_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -338,7 +339,44 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"| `{r['command'] or '-'}` |"
         )
     lines += learned_markdown(runs)
+    facts = card_blind_facts()
+    lines += [
+        "",
+        "Card-blind policies (one move probability per betting history, whatever the card; "
+        "exact, over the 16 pure ones): the best against uniform play wins "
+        f"{facts['best_card_blind_vs_uniform']:+.3f} chips a hand (always bet and call: "
+        f"{facts['aggressive_vs_uniform']:+.3f}); the best against always bet/call wins "
+        f"{facts['best_card_blind_vs_aggressive']:+.3f}, so always bet/call is an equilibrium "
+        "among card-blind policies; a best response that reads its card wins "
+        f"{facts['aggressive_exploitability']:.3f} against it (its exploitability).",
+    ]
     return "\n".join(lines)
+
+
+def card_blind_facts() -> dict[str, Any]:
+    """Exact facts about *card-blind* policies (the same move probabilities whatever the card:
+    one per betting history, 4 numbers), which explain where a learner that does not condition
+    on its card settles. Over the 16 pure card-blind policies: the best one's chips against
+    uniform play (always bet and call, +3/8) and against always bet/call (0: no card-blind
+    policy gains there, so always bet/call is an equilibrium among card-blind policies), beside
+    the best response's gain against always bet/call (its exploitability, 1/3), which needs the
+    card (fold the jack to a bet)."""
+    import itertools
+
+    def chips(p: Any, q: Any) -> float:  # p's chips a hand against q, mean of the two seats
+        return (kuhn_tree.expected_value(p, q) - kuhn_tree.expected_value(q, p)) / 2
+
+    uniform, aggressive = kuhn_tree.uniform_policy(), kuhn_tree.aggressive_policy()
+    blind = []
+    for bits in itertools.product((0.0, 1.0), repeat=len(kuhn_tree.HISTORIES)):
+        by_history = dict(zip(kuhn_tree.HISTORIES, bits))
+        blind.append(kuhn_tree.policy_from(lambda key, h=by_history: h[key[1:]]))
+    return {
+        "best_card_blind_vs_uniform": max(chips(p, uniform) for p in blind),
+        "aggressive_vs_uniform": chips(aggressive, uniform),
+        "best_card_blind_vs_aggressive": max(chips(p, aggressive) for p in blind),
+        "aggressive_exploitability": kuhn_tree.exploitability(aggressive),
+    }
 
 
 def learned_markdown(runs: list[dict[str, Any]]) -> list[str]:
@@ -438,7 +476,7 @@ def main() -> None:
         raise SystemExit(f"{args.runs}: runs of several models ({', '.join(sorted(models))})")
     table = {c: aggregate(runs, c) for c in args.conditions}
     text = markdown(table, runs)
-    payload = {"args": vars(args), "runs": runs, "table": table}
+    payload = {"args": vars(args), "runs": runs, "table": table, "card_blind": card_blind_facts()}
     (out / "summary.json").write_text(json.dumps(json_safe(payload), indent=1) + "\n")
     (out / "table.md").write_text(text + "\n")
     plot(out / "curves.png", table, runs)

@@ -139,3 +139,14 @@ def test_a_tiny_run_end_to_end(tmp_path: Path) -> None:
     assert (runs / "vs_nash" / "seed0" / "final_table.json").is_file()
     again = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)  # nothing to train
     assert again.returncode == 0 and "$ marl train" not in again.stdout
+
+
+def test_always_bet_and_call_is_the_card_blind_equilibrium() -> None:
+    """The facts the docs use to explain a card-blind learner, exact: always bet/call is the
+    best card-blind reply to uniform play (+3/8), nothing card-blind gains against it, and a
+    reply that reads the card gains 1/3."""
+    facts = kuhn.card_blind_facts()
+    assert facts["best_card_blind_vs_uniform"] == pytest.approx(3 / 8, abs=1e-9)
+    assert facts["aggressive_vs_uniform"] == pytest.approx(3 / 8, abs=1e-9)
+    assert facts["best_card_blind_vs_aggressive"] == pytest.approx(0.0, abs=1e-9)
+    assert facts["aggressive_exploitability"] == pytest.approx(1 / 3, abs=1e-9)
