@@ -401,7 +401,31 @@ def learned_markdown(runs: list[dict[str, Any]]) -> list[str]:
             ]
             cells.append(" ".join(f"{p:.2f}" for p in mine) or "-")
         lines.append(f"| {key} | {nash[key]:.2f} | " + " | ".join(cells) + " |")
+    cells = []
+    for condition in CONDITIONS:
+        mine = [
+            card_spread(r["final_table"]["aggressive"]) for r in runs if r["condition"] == condition
+        ]
+        cells.append(" ".join(f"{x:.2f}" for x in mine) or "-")
+    nash_spread = card_spread({key: nash[key] for key in INFO_SETS})
+    lines.append(f"| card spread | {nash_spread:.2f} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Card spread: the largest difference the card makes to the aggressive move's probability "
+        "at one betting history (max over histories of max - min over J, Q, K); 0 for a "
+        "card-blind policy.",
+    ]
     return lines
+
+
+def card_spread(aggressive: dict[str, float]) -> float:
+    """How much a table reads its card: the largest range, over the three cards, of the
+    aggressive move's probability at one betting history (0 for a card-blind table)."""
+    spreads = []
+    for history in kuhn_tree.HISTORIES:
+        values = [aggressive[card + history] for card in kuhn_tree.CARDS]
+        spreads.append(max(values) - min(values))
+    return max(spreads)
 
 
 def plot(path: Path, table: dict[str, Any], runs: list[dict[str, Any]]) -> None:

@@ -150,3 +150,10 @@ def test_always_bet_and_call_is_the_card_blind_equilibrium() -> None:
     assert facts["aggressive_vs_uniform"] == pytest.approx(3 / 8, abs=1e-9)
     assert facts["best_card_blind_vs_aggressive"] == pytest.approx(0.0, abs=1e-9)
     assert facts["aggressive_exploitability"] == pytest.approx(1 / 3, abs=1e-9)
+
+
+def test_card_spread_is_zero_for_a_card_blind_table_and_one_for_nash() -> None:
+    blind = {key: {"": 0.3, "p": 0.6, "b": 0.9, "pb": 0.1}[key[1:]] for key in kuhn.INFO_SETS}
+    assert kuhn.card_spread(blind) == 0.0
+    nash = kuhn.nash_policy()
+    assert kuhn.card_spread({key: nash[key] for key in kuhn.INFO_SETS}) == pytest.approx(1.0)
