@@ -11,6 +11,7 @@ The kernel tests skip, naming the missing guard, where this machine does not pro
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,18 +65,29 @@ def kernel() -> object:
 # H1: a FIFO where the old parent opened its output file
 
 
-def test_h1_the_fifo_snippet_returns_within_the_limit_and_leaves_no_directory() -> None:
+def test_h1_the_fifo_snippet_returns_within_the_limit_and_leaves_no_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     text = _call("import os; os.remove('.output'); os.mkfifo('.output')")
     assert text.startswith("RESULT python: error: ")  # no .output to remove, and no FIFO
-    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("marl-python-*"))
-    result = run_sandboxed(
-        "import os; print(os.getcwd(), flush=True); os.mkfifo('.output'); os.mkfifo('snippet.py')",
-        TIMEOUT,
-        audit_hook=False,
-    )
-    assert result.seconds < TIMEOUT + SLACK
-    assert not _workdir(result.output).exists()
-    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("marl-python-*")) <= before
+    # a temporary directory of this test's own: other test workers run sandboxes beside it
+    # (make test runs on every core), and their working directories must not count here
+    own = Path(tempfile.mkdtemp(prefix="marl-h1-"))
+    own.chmod(0o711)  # the sandbox's user (when it drops privileges) must reach its workdir
+    monkeypatch.setattr(tempfile, "tempdir", str(own))
+    try:
+        result = run_sandboxed(
+            "import os; print(os.getcwd(), flush=True); os.mkfifo('.output'); "
+            "os.mkfifo('snippet.py')",
+            TIMEOUT,
+            audit_hook=False,
+        )
+        assert result.seconds < TIMEOUT + SLACK
+        assert _workdir(result.output).parent == own  # it ran where this test looks
+        assert not _workdir(result.output).exists()
+        assert list(own.iterdir()) == []  # no directory left behind
+    finally:
+        remove_tree(str(own))
 
 
 def test_a_child_that_closes_its_output_and_loops_is_killed_at_the_limit() -> None:
