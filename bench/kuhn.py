@@ -348,7 +348,13 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         f"{facts['aggressive_vs_uniform']:+.3f}); the best against always bet/call wins "
         f"{facts['best_card_blind_vs_aggressive']:+.3f}, so always bet/call is an equilibrium "
         "among card-blind policies; a best response that reads its card wins "
-        f"{facts['aggressive_exploitability']:.3f} against it (its exploitability).",
+        f"{facts['aggressive_exploitability']:.3f} against it (its exploitability). As the "
+        "second player facing the Nash bot's opening bet, always calling instead of always "
+        "folding gains, in chips a hand: "
+        + ", ".join(
+            f"{card} {gain:+.3f}" for card, gain in facts["call_minus_fold_facing_nash_bet"].items()
+        )
+        + " (card-blind, calling and folding are worth the same).",
     ]
     return "\n".join(lines)
 
@@ -360,7 +366,8 @@ def card_blind_facts() -> dict[str, Any]:
     uniform play (always bet and call, +3/8) and against always bet/call (0: no card-blind
     policy gains there, so always bet/call is an equilibrium among card-blind policies), beside
     the best response's gain against always bet/call (its exploitability, 1/3), which needs the
-    card (fold the jack to a bet)."""
+    card (fold the jack to a bet). And, as the second player facing the Nash bot's opening bet,
+    what always calling instead of always folding gains with each card, in chips a hand."""
     import itertools
 
     def chips(p: Any, q: Any) -> float:  # p's chips a hand against q, mean of the two seats
@@ -371,7 +378,17 @@ def card_blind_facts() -> dict[str, Any]:
     for bits in itertools.product((0.0, 1.0), repeat=len(kuhn_tree.HISTORIES)):
         by_history = dict(zip(kuhn_tree.HISTORIES, bits))
         blind.append(kuhn_tree.policy_from(lambda key, h=by_history: h[key[1:]]))
+
+    def call_gain(card: str) -> float:  # second seat facing the Nash bot's opening bet
+        calls = {key: 1.0 if key == card + "b" else 0.5 for key in INFO_SETS}
+        folds = {key: 0.0 if key == card + "b" else 0.5 for key in INFO_SETS}
+        nash = nash_policy()
+        return kuhn_tree.expected_value(nash, kuhn_tree.policy_from(folds.__getitem__)) - (
+            kuhn_tree.expected_value(nash, kuhn_tree.policy_from(calls.__getitem__))
+        )
+
     return {
+        "call_minus_fold_facing_nash_bet": {card: call_gain(card) for card in kuhn_tree.CARDS},
         "best_card_blind_vs_uniform": max(chips(p, uniform) for p in blind),
         "aggressive_vs_uniform": chips(aggressive, uniform),
         "best_card_blind_vs_aggressive": max(chips(p, aggressive) for p in blind),
