@@ -67,6 +67,7 @@ import math
 import shutil
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -371,7 +372,7 @@ def card_blind_facts() -> dict[str, Any]:
     import itertools
 
     def chips(p: Any, q: Any) -> float:  # p's chips a hand against q, mean of the two seats
-        return (kuhn_tree.expected_value(p, q) - kuhn_tree.expected_value(q, p)) / 2
+        return sum(kuhn_tree.chips_by_seat(p, q)) / 2
 
     uniform, aggressive = kuhn_tree.uniform_policy(), kuhn_tree.aggressive_policy()
     blind = []
@@ -379,13 +380,14 @@ def card_blind_facts() -> dict[str, Any]:
         by_history = dict(zip(kuhn_tree.HISTORIES, bits))
         blind.append(kuhn_tree.policy_from(lambda key, h=by_history: h[key[1:]]))
 
+    nash = nash_policy()
+
     def call_gain(card: str) -> float:  # second seat facing the Nash bot's opening bet
-        calls = {key: 1.0 if key == card + "b" else 0.5 for key in INFO_SETS}
-        folds = {key: 0.0 if key == card + "b" else 0.5 for key in INFO_SETS}
-        nash = nash_policy()
-        return kuhn_tree.expected_value(nash, kuhn_tree.policy_from(folds.__getitem__)) - (
-            kuhn_tree.expected_value(nash, kuhn_tree.policy_from(calls.__getitem__))
-        )
+        def seat1(call: float) -> float:
+            table = {key: call if key == card + "b" else 0.5 for key in INFO_SETS}
+            return kuhn_tree.chips_by_seat(kuhn_tree.policy_from(table.__getitem__), nash)[1]
+
+        return seat1(1.0) - seat1(0.0)
 
     return {
         "call_minus_fold_facing_nash_bet": {card: call_gain(card) for card in kuhn_tree.CARDS},
@@ -410,22 +412,20 @@ def learned_markdown(runs: list[dict[str, Any]]) -> list[str]:
         "| info set | Nash bot | " + " | ".join(CONDITIONS) + " |",
         "|---|---|" + "---|" * len(CONDITIONS),
     ]
-    for key in INFO_SETS:
+
+    def row(label: str, reference: float, value: Callable[[dict[str, float]], float]) -> str:
+        """One table row: the reference value, then each condition's runs, seed by seed."""
         cells = []
         for condition in CONDITIONS:
             mine = [
-                r["final_table"]["aggressive"][key] for r in runs if r["condition"] == condition
+                value(r["final_table"]["aggressive"]) for r in runs if r["condition"] == condition
             ]
-            cells.append(" ".join(f"{p:.2f}" for p in mine) or "-")
-        lines.append(f"| {key} | {nash[key]:.2f} | " + " | ".join(cells) + " |")
-    cells = []
-    for condition in CONDITIONS:
-        mine = [
-            card_spread(r["final_table"]["aggressive"]) for r in runs if r["condition"] == condition
-        ]
-        cells.append(" ".join(f"{x:.2f}" for x in mine) or "-")
-    nash_spread = card_spread({key: nash[key] for key in INFO_SETS})
-    lines.append(f"| card spread | {nash_spread:.2f} | " + " | ".join(cells) + " |")
+            cells.append(" ".join(f"{x:.2f}" for x in mine) or "-")
+        return f"| {label} | {reference:.2f} | " + " | ".join(cells) + " |"
+
+    for key in INFO_SETS:
+        lines.append(row(key, nash[key], lambda table, key=key: table[key]))
+    lines.append(row("card spread", card_spread({k: nash[k] for k in INFO_SETS}), card_spread))
     lines += [
         "",
         "Card spread: the largest difference the card makes to the aggressive move's probability "

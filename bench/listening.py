@@ -42,7 +42,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import paired, read_scalars, run_command, run_marl, run_sampling  # noqa: E402  (bench helpers)
+from common import (  # noqa: E402  (bench helpers)
+    paired,
+    read_scalars,
+    run_command,
+    run_marl,
+    run_sampling,
+)
 
 from marl.analysis.stats import seed_clustered  # noqa: E402
 from marl.competition.role_eval import json_safe  # noqa: E402

@@ -69,6 +69,7 @@ __all__ = [
     "TabularPolicy",
     "aggressive_policy",
     "best_response",
+    "chips_by_seat",
     "deal_value",
     "expected_value",
     "exploitability",
@@ -231,6 +232,11 @@ def expected_value(policy0: TabularPolicy, policy1: TabularPolicy | None = None)
     Player 1's is the negative (zero-sum)."""
     policy1 = policy0 if policy1 is None else policy1
     return sum(deal_value(policy0, policy1, deal) for deal in DEALS) / len(DEALS)
+
+
+def chips_by_seat(policy: TabularPolicy, opponent: TabularPolicy) -> tuple[float, float]:
+    """``policy``'s expected chips a hand against ``opponent``: as player 0, and as player 1."""
+    return expected_value(policy, opponent), -expected_value(opponent, policy)
 
 
 def _reach(policy: TabularPolicy, seat: int, card: str, history: str) -> float:
