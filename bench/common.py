@@ -184,6 +184,24 @@ def run_marl(args: Sequence[str], threads: int, what: str, log: Path | None = No
     return time.time() - began
 
 
+def compose(overrides: Sequence[str], config_name: str = "demo") -> dict[str, Any]:
+    """``marl train --config-name <config_name> <overrides>``'s config, as a plain dict (no
+    ``hydra`` group)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from omegaconf import OmegaConf
+
+    from marl.cli import register_scenario_options
+
+    register_scenario_options()
+    with initialize_config_module("marl.configs", version_base=None):
+        cfg = hydra_compose(config_name, overrides=list(overrides))
+    out = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(out, dict)
+    out.pop("hydra", None)
+    return out  # type: ignore[return-value]
+
+
 def run_sampling(config: dict[str, Any]) -> Any:
     """The sampling a run trained with (its saved config's ``sampling`` group), as a
     ``SamplingConfig``: the settings every measurement of its checkpoints uses."""

@@ -95,7 +95,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, read_scalars, row, write  # noqa: E402
+from common import compose, machine, read_scalars, row, write  # noqa: E402
 
 from marl.scenarios.shaping import SHAPING_KINDS, register_shaping  # noqa: E402
 
@@ -682,23 +682,6 @@ def update(
 
 
 # --------------------------------------------------------------------------- 4. training steps
-
-
-def compose(overrides: Sequence[str], config_name: str = "demo") -> dict[str, Any]:
-    """``marl train --config-name demo <overrides>``'s config, as a plain dict."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from omegaconf import OmegaConf
-
-    from marl.cli import register_scenario_options
-
-    register_scenario_options()
-    with initialize_config_module("marl.configs", version_base=None):
-        cfg = hydra_compose(config_name, overrides=list(overrides))
-    out = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(out, dict)
-    out.pop("hydra", None)
-    return out  # type: ignore[return-value]
 
 
 def with_reward(cfg: dict[str, Any]) -> dict[str, Any]:
