@@ -17,11 +17,19 @@ benchmark computes the 12 gradients over every trainable weight and reports, per
 - ``same card, other history``: the same between histories of one card, for comparison.
 
 The card-reading part of an update is what is left after the common part: with transfer t
-between two cards, a step that pushes their log-odds apart by equal and opposite amounts moves
-their difference (1 - t) times as far as it moves each alone.
+between two cards (equal gradient norms), a step along ``g_a - g_b``, which asks the two cards
+to move in opposite directions, moves each (1 - t) times as far as a step along its own gradient
+alone would. These are plain gradient steps; the runs' AdamW rescales each weight's step, which
+this first-order measure leaves out.
+
+``--card-in-head`` adds the untrained model scored with its card restated right before the move
+in two heads instead of ``ACTION:``: ``My card is J.``, a line break and ``ACTION:`` (the
+``ACTION:`` line stays a line of its own, as the move parser wants it), and ``My card is J.
+ACTION:`` on one line (which the parser would not read as a move). A prompt variant, never
+trained: it says whether the card's distance from the move is what makes the cards alike.
 
     .venv/bin/python bench/kuhn_gradients.py                       # SmolLM2 as downloaded
-    .venv/bin/python bench/kuhn_gradients.py --run runs/kuhn5/vs_random/seed2 [--run ...]
+    .venv/bin/python bench/kuhn_gradients.py --card-in-head --run runs/kuhn5/vs_random/seed2
     .venv/bin/python bench/kuhn_gradients.py --model tiny --out /tmp/kg    # wiring check
 
 Writes ``--out`` (bench/results/kuhn_gradients/): summary.json and table.md.
@@ -30,6 +38,7 @@ Writes ``--out`` (bench/results/kuhn_gradients/): summary.json and table.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -52,13 +61,21 @@ DEFAULT_OUT = ROOT / "bench" / "results" / "kuhn_gradients"
 
 
 def log_odds_gradients(
-    model: Any, tokenizer: Any, sampling: Any, overrides: dict[str, Any]
+    model: Any,
+    tokenizer: Any,
+    sampling: Any,
+    overrides: dict[str, Any],
+    card_in_head: str | None = None,
 ) -> dict[str, torch.Tensor]:
     """Per information set key, the gradient of its aggressive-move log-odds over every weight
-    that requires one, flattened to one fp32 vector (n_params,) on the CPU."""
+    that requires one, flattened to one fp32 vector (n_params,) on the CPU. ``card_in_head``
+    (None, or the separator before ``ACTION:``): score each set as if the reply had begun by
+    restating the card (:func:`restate_card`)."""
     from marl.runtime.exploitability import info_set_prompts
 
     sets = info_set_prompts(tokenizer, SCENARIO, overrides, sampling=sampling)
+    if card_in_head is not None:
+        sets = restate_card(sets, tokenizer, card_in_head)
     weights = [p for p in model.parameters() if p.requires_grad]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     model.eval()  # no dropout: the gradient of the scored table
@@ -80,6 +97,22 @@ def log_odds_gradients(
                 for g, w in zip(grads, weights)
             ]
         )  # (n_params,)
+    return out
+
+
+def restate_card(sets: list[Any], tokenizer: Any, separator: str = "\n") -> list[Any]:
+    """The sets with each prompt's response head ``ACTION:`` replaced by ``My card is <card>.``,
+    ``separator`` and ``ACTION:``: the card written right before the move, as a reply that
+    restated it first would have it (a variant of the prompt, not what the runs trained on)."""
+    from marl.agents.heads import ACTION_HEAD, head_ids
+
+    n = len(head_ids(tokenizer, ACTION_HEAD))
+    out = []
+    for s in sets:
+        if list(s.prompt_ids[-n:]) != head_ids(tokenizer, ACTION_HEAD):
+            raise SystemExit("--card-in-head needs the response head (sampling.response_prefix)")
+        head = head_ids(tokenizer, f"My card is {s.key[0]}.{separator}{ACTION_HEAD}")
+        out.append(dataclasses.replace(s, prompt_ids=list(s.prompt_ids[:-n]) + head))
     return out
 
 
@@ -136,6 +169,16 @@ def load(spec: str, model_name: str) -> tuple[Any, Any, Any, dict[str, Any]]:
     return backend.model, backend.tokenizer, run_sampling(config), overrides
 
 
+def label(spec: str, model_name: str, restated: str | None) -> str:
+    """A row's name: the untrained model (and whether its card is restated), or the run's
+    directory relative to the checkout when it lies inside."""
+    if spec == "base":
+        where = {None: "", "\n": ", card restated on the line before ACTION:"}
+        return f"{model_name}, untrained" + where.get(restated, ", card restated before ACTION:")
+    path = Path(spec).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def markdown(results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "How far an update at one Kuhn Poker information set moves the others (first order): "
@@ -171,17 +214,25 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
     parser.add_argument("--run", action="append", default=[], help="a run directory (repeat)")
     parser.add_argument("--no-base", action="store_true", help="skip the untrained model")
+    parser.add_argument(
+        "--card-in-head",
+        action="store_true",
+        help="also score the untrained model with the card restated right before the move",
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     args = parser.parse_args()
-    specs = ([] if args.no_base else ["base"]) + args.run
+    specs: list[tuple[str, str | None]] = [("base", None)] if not args.no_base else []
+    specs += [("base", "\n"), ("base", " ")] if args.card_in_head else []
+    specs += [(run, None) for run in args.run]
     if not specs:
-        parser.error("nothing to measure: drop --no-base or give --run")
+        parser.error("nothing to measure: drop --no-base, or give --run or --card-in-head")
     results: dict[str, dict[str, Any]] = {}
-    for spec in specs:
-        print(f"  {spec}: 12 gradients", flush=True)
+    for spec, restated in specs:
+        name = label(spec, args.model, restated)
+        print(f"  {name}: 12 gradients", flush=True)
         model, tokenizer, sampling, overrides = load(spec, args.model)
-        grads = log_odds_gradients(model, tokenizer, sampling, overrides)
-        results[spec if spec == "base" else str(Path(spec))] = transfer_summary(grads)
+        grads = log_odds_gradients(model, tokenizer, sampling, overrides, restated)
+        results[name] = transfer_summary(grads)
         del model, grads
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -83,3 +83,18 @@ def test_a_step_along_one_sets_gradient_moves_another_by_the_transfer_on_the_tin
     assert moved["Kb"] / moved["Jb"] == pytest.approx(pairs["Jb->Kb"]["transfer"], abs=0.05)
     other = summary["same_card_other_history"]["pairs"]["Jb->Jp"]["transfer"]
     assert moved["Jp"] / moved["Jb"] == pytest.approx(other, abs=0.05)
+
+
+def test_restating_the_card_puts_it_right_before_the_move_and_changes_nothing_else() -> None:
+    from marl.agents.heads import ACTION_HEAD, head_ids
+    from marl.runtime.exploitability import info_set_prompts
+
+    model, tokenizer, sampling, overrides = kg.load("base", "tiny")
+    sets = info_set_prompts(tokenizer, kg.SCENARIO, overrides, sampling=sampling)
+    restated = kg.restate_card(sets, tokenizer)
+    n = len(head_ids(tokenizer, ACTION_HEAD))
+    for before, after in zip(sets, restated):
+        assert after.key == before.key and after.replies == before.replies
+        assert after.prompt_ids[: len(before.prompt_ids) - n] == before.prompt_ids[:-n]
+        tail = tokenizer.decode(after.prompt_ids[len(before.prompt_ids) - n :])
+        assert tail == f"My card is {before.key[0]}.\n{ACTION_HEAD}"
