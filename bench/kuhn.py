@@ -105,6 +105,8 @@ METRICS = {
     "malformed_mass": "league/malformed_mass",
 }
 FRESH = "league/exploitability_fresh"
+PARSE_FAILURES = "team/parse_failure_rate"  # replies naming no legal move, the bot's included
+LAST = 10  # iterations the per-run parse failure rate is averaged over
 UNIFORM = 11 / 24  # the uniform random policy's exploitability (NashConv 11/12)
 DEFAULT_RUNS = ROOT / "runs" / "kuhn5"
 DEFAULT_OUT = ROOT / "bench" / "results" / "kuhn"
@@ -173,6 +175,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     wall = where / "wall_s.json"
     step_times = scalars.get("perf/step_time", [])
     turns = scalars.get("policies/shared/turns", [])
+    failures = scalars.get(PARSE_FAILURES, [])[-LAST:]
     return {
         "condition": condition,
         "seed": seed,
@@ -187,6 +190,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
         "end": {name: scalars[tag][-1] for name, tag in METRICS.items()},
         "step_time_median_s": statistics.median(step_times) if step_times else None,
         "learner_turns_per_step": statistics.fmean(turns) if turns else None,
+        "parse_failures_last": statistics.fmean(failures) if failures else None,
         "wall_s": json.loads(wall.read_text()) if wall.is_file() else None,
         "final_table": final_table(args, condition, seed),
     }
@@ -327,17 +331,19 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         )
     lines += [
         "",
-        "Per run (exploitability start -> end; the command that trained it, with "
-        "`OMP_NUM_THREADS` = `--threads`):",
+        "Per run (exploitability start -> end; parse failures: the share of replies in play "
+        f"that named no legal move, the bot's included, mean over the last {LAST} iterations; "
+        "the command that trained it, with `OMP_NUM_THREADS` = `--threads`):",
         "",
-        "| condition | seed | start | end | change | command |",
-        "|---|---|---|---|---|---|",
+        "| condition | seed | start | end | change | parse failures | command |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         s, e = r["start"]["exploitability"], r["end"]["exploitability"]
+        failures = r.get("parse_failures_last")
         lines.append(
             f"| {r['condition']} | {r['seed']} | {s:.3f} | {e:.3f} | {e - s:+.3f} "
-            f"| `{r['command'] or '-'}` |"
+            f"| {'-' if failures is None else f'{failures:.2f}'} | `{r['command'] or '-'}` |"
         )
     lines += learned_markdown(runs)
     facts = card_blind_facts()

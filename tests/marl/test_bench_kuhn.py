@@ -137,6 +137,11 @@ def test_a_tiny_run_end_to_end(tmp_path: Path) -> None:
     assert learned["exploitability"] == pytest.approx(record["end"]["exploitability"], abs=1e-3)
     assert set(learned["aggressive"]) == set(kuhn.INFO_SETS)
     assert (runs / "vs_nash" / "seed0" / "final_table.json").is_file()
+    from common import read_scalars
+
+    failures = read_scalars(runs / "vs_nash" / "seed0" / "tensorboard")[kuhn.PARSE_FAILURES]
+    assert 0.0 <= record["parse_failures_last"] <= 1.0
+    assert record["parse_failures_last"] == pytest.approx(sum(failures) / len(failures))
     again = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)  # nothing to train
     assert again.returncode == 0 and "$ marl train" not in again.stdout
 
