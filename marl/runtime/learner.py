@@ -17,7 +17,8 @@ One :meth:`Learner.update` on the N turns of an iteration that have a response:
   on which turns are skipped nor on whether beta is 0. A minibatch with no turn to run has no
   gradient and takes no optimizer step.
 - **KL.** With ``beta > 0`` the k3 KL to the frozen reference (a copy of the model RL starts
-  from: taken again after the imitation warm-up, :meth:`Learner.reset_reference`; a LoRA
+  from: taken again after the imitation warm-up, :meth:`Learner.reset_reference`, and then
+  saved with the learner's state, so a resumed run keeps it; a LoRA
   model's own base, adapter off) compares the two models'
   untruncated (temperature only, no top-p) logprobs, finite for every token; the ratio uses the
   sampling distribution (temperature, then top-p) that the behaviour policy drew from. Both
@@ -178,6 +179,7 @@ class Learner:
         self.optimizer = _adamw(self.params, settings)
         self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row, across updates
         self.reference: nn.Module | None = None
+        self.reference_reset = False  # reset_reference ran: the reference is not the base
         # A LoRA (peft) model's reference is its own base with the adapter switched off: no copy.
         is_peft = hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
         self.reference_is_base = settings.beta > 0 and is_peft
@@ -196,6 +198,7 @@ class Learner:
         with torch.no_grad():
             for ref, live in zip(self.reference.parameters(), self.model.parameters()):
                 ref.copy_(live)  # same module tree: deepcopy of this model
+        self.reference_reset = True
         return True
 
     def update(self, turns: Sequence[TurnRecord]) -> dict[str, float]:
@@ -448,8 +451,10 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
 
     def state_dict(self) -> dict:
-        """Optimizer, learner RNG, fp32 master weights (mixed precision only) and the count
-        of non-finite skips in a row (the model is saved separately)."""
+        """Optimizer, learner RNG, fp32 master weights (mixed precision only), the count of
+        non-finite skips in a row and, once :meth:`reset_reference` ran, the KL reference's
+        weights (a resumed run starts from later weights, and the warm-up does not run again;
+        the model is saved separately)."""
         state: dict[str, Any] = {
             "optimizer": self.optimizer.state_dict(),
             "rng": self.rng.getstate(),
@@ -457,6 +462,10 @@ class Learner:
         }
         if self.masters.pairs:
             state["master"] = self.masters.state()
+        if self.reference is not None and self.reference_reset:
+            state["reference"] = {
+                k: v.detach().cpu() for k, v in self.reference.state_dict().items()
+            }
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -469,6 +478,13 @@ class Learner:
             self.masters.load(state["master"])
         else:
             self.masters.reset_from_model()
+        if self.reference is not None:
+            if "reference" in state:  # the warmed-up model the run anchored to
+                self.reference.load_state_dict(state["reference"])
+                self.reference_reset = True
+            else:  # none saved (no warm-up before it): the reference stays the model this
+                # learner was built from, the base, which the checkpoint's weights do not touch
+                self.reference_reset = False
 
 
 # loss terms that are already shares of the minibatch's normaliser, and counts: a minibatch's

@@ -150,3 +150,33 @@ def test_the_kl_reference_is_the_warmed_up_model() -> None:
     for name, value in learner.reference.state_dict().items():  # ...and the reference with it
         assert torch.equal(value, live[name]), name
     assert not any(p.requires_grad for p in learner.reference.parameters())
+
+
+def test_a_resumed_run_keeps_the_warmed_up_reference() -> None:
+    """A checkpoint taken after the warm-up carries the KL reference (the resumed run does not
+    warm up again, and its weights have moved on); one taken without a warm-up carries none,
+    and the reference stays the base model."""
+    extra = {"algo": {"beta": 0.1}, "warmup": {**BASE["warmup"], "steps": 2}}
+    config, plan, runtime = _runtime(extra)
+    policy = runtime.learners["shared"]
+    assert "reference" not in policy.state_dict()["learner"]  # before the warm-up: the base
+    run_warmup(config, runtime.learners, plan.policy_of, progress=False)
+    warmed = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    with torch.no_grad():  # RL moves the weights on after the warm-up
+        for p in policy.model.parameters():
+            p.add_(0.01)
+    state = policy.state_dict()
+    assert "reference" in state["learner"]
+
+    _, _, fresh = _runtime(extra)  # a resumed run: a new runtime, then the checkpoint's state
+    resumed = fresh.learners["shared"]
+    base = {k: v.clone() for k, v in resumed.learner.reference.state_dict().items()}
+    resumed.load_state_dict(state)
+    reference = resumed.learner.reference.state_dict()
+    live = resumed.model.state_dict()
+    moved = [k for k in warmed if not torch.equal(warmed[k], base[k])]
+    assert moved  # the warm-up had changed weights the base holds otherwise
+    for name in warmed:
+        assert torch.equal(reference[name], warmed[name]), name  # the warmed-up model...
+    assert any(not torch.equal(reference[k], live[k]) for k in live)  # ...not the resumed one
+    assert "reference" in resumed.state_dict()["learner"]  # and the next checkpoint keeps it
