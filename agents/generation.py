@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from marl.agents.backends import Generation, PolicyBackend, SamplingConfig, backend_target
-from marl.agents.heads import head_ids, response_head
+from marl.agents.heads import head_ids, prompt_head, response_head, response_note
 from marl.agents.prompts import prompt_ids, untrusted_ids
 from marl.protocols.tools import ToolBox, find_call
 
@@ -153,7 +153,8 @@ def generate_by_policy(
                     tokenizer, request.system_prompt, request.observation, max_prompt_tokens
                 )
                 head = response_head(request.info) if sampling.response_prefix else ""
-                ids = ids + head_ids(tokenizer, head)
+                note = response_note(request.info)
+                ids = ids + head_ids(tokenizer, prompt_head(head, note))
                 for _ in range(request.n):  # each sample keeps its own count of tool calls
                     tools = ToolBox.from_info(request.info)
                     rows.append(_Row(k, policy, adapter, ids, tools, text=head))

@@ -35,3 +35,17 @@ def response_head(info: Mapping[str, Any] | None) -> str:
 def head_ids(tokenizer: Any, head: str) -> list[int]:
     """The head's token ids, to append after the generation prompt (no special tokens)."""
     return list(tokenizer.encode(head, add_special_tokens=False)) if head else []
+
+
+def response_note(info: Mapping[str, Any] | None) -> str:
+    """The scenario's note for the agent's turn (``info["response_note"]``, "" when none): words
+    the prompt puts before the head as the start of the reply, such as Kuhn Poker's ``My card
+    is J.`` (``params.restate_card``). Context only: it is never trained, and the environment
+    gets ``head + generated text`` without it."""
+    return str((info or {}).get("response_note") or "")
+
+
+def prompt_head(head: str, note: str) -> str:
+    """What the prompt ends with: ``note head`` when there is a head and a note, else the head
+    (no head, no note: a reply without a head is the model's own from its first word)."""
+    return f"{note} {head}" if head and note else head

@@ -414,7 +414,7 @@ def hf_scorer(
     of the logits."""
     from marl.agents.action_scores import action_scores
     from marl.agents.backends import backend_target
-    from marl.agents.heads import head_ids, response_head
+    from marl.agents.heads import head_ids, prompt_head, response_head, response_note
     from marl.agents.prompts import prompt_ids
     from marl.runtime.policies import adapter_active
 
@@ -433,7 +433,8 @@ def hf_scorer(
             head = response_head(request.info or {}) if sampling.response_prefix else ""
             if any(not t.startswith(head) for t in options):
                 raise RuntimeError(f"the response head {head!r} does not start {list(options)}")
-            prompts.append(ids + head_ids(tokenizer, head))
+            note = response_note(request.info)
+            prompts.append(ids + head_ids(tokenizer, prompt_head(head, note)))
             replies.append([t[len(head) :] for t in options])
         was_training = model.training
         model.eval()  # no dropout while scoring

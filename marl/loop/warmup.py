@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from marl.agents.heads import head_ids, response_head
+from marl.agents.heads import head_ids, prompt_head, response_head, response_note
 from marl.agents.logprobs import response_logprobs
 from marl.agents.prompts import prompt_ids, untrusted_ids
 from marl.config import Config, ConfigError
@@ -56,6 +56,7 @@ class ImitationTurn:
     observation: str
     completion: str
     head: str = ""  # the response head the rollout would put before the completion
+    note: str = ""  # the scenario's note the rollout puts before the head (heads.response_note)
 
 
 def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
@@ -89,6 +90,7 @@ def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
                         observation=observations[agent],
                         completion=_tidy(completion, bool(info.get("needs_action"))),
                         head=head,
+                        note=response_note(info) if head else "",
                     )
                 )
             observations, _, _, _, infos = env.step(actions)
@@ -144,7 +146,8 @@ def read_transcripts(path: str | Path) -> list[ImitationTurn]:
 def encode_turn(tokenizer: Any, turn: ImitationTurn) -> tuple[list[int], list[int]]:
     """``(prompt ids, response ids)``: the prompt as the rollout renders it (head included), the
     response the completion after the head, ended by the end-of-turn token."""
-    ids = prompt_ids(tokenizer, turn.system, turn.observation) + head_ids(tokenizer, turn.head)
+    head = prompt_head(turn.head, turn.note)
+    ids = prompt_ids(tokenizer, turn.system, turn.observation) + head_ids(tokenizer, head)
     pieces = _pieces(turn)
     if all(keep for _, keep in pieces):
         text = "".join(piece for piece, _ in pieces)

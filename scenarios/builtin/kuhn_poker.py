@@ -70,11 +70,15 @@ class KuhnPokerRules(Rules):
     class Params:
         """ante: chips each player puts in before the cards are dealt.
         bet: the size of the one bet (and of a call).
-        table_talk: the player to move may also send a message (cheap talk, bluffs included)."""
+        table_talk: the player to move may also send a message (cheap talk, bluffs included).
+        restate_card: the prompt starts the mover's reply with ``My card is J.`` before its
+            ``ACTION:`` head (``sampling.response_prefix``; context, never trained or sent):
+            the card right before the move (bench/kuhn_gradients.py, docs/competition.md)."""
 
         ante: int = 1
         bet: int = 1
         table_talk: bool = False
+        restate_card: bool = False
 
     @classmethod
     def check_params(cls, params: dict[str, Any], agents: Sequence[str]) -> list[Problem]:
@@ -87,8 +91,9 @@ class KuhnPokerRules(Rules):
                 problems.append(
                     Problem(key, f"must be a whole number from 1 to 1000, got {short(value)}")
                 )
-        if not isinstance(p.table_talk, bool):
-            problems.append(Problem("table_talk", "must be true or false"))
+        for key in ("table_talk", "restate_card"):
+            if not isinstance(getattr(p, key), bool):
+                problems.append(Problem(key, "must be true or false"))
         return problems
 
     @classmethod
@@ -158,12 +163,15 @@ class KuhnPokerRules(Rules):
     def agent_info(self, agent: str) -> dict[str, Any]:
         """For bots: the card, the betting and the legal moves (when it is the agent's turn)."""
         mine = agent == self.to_move()
-        return {
+        info = {
             "card": CARDS[self.cards[agent]],
             "history": list(self.history),
             "first": agent == self.agents[0],
             "valid_actions": legal_moves(self.history) if mine else [],
         }
+        if mine and self.params.restate_card:
+            info["response_note"] = f"My card is {CARDS[self.cards[agent]]}."  # agents/heads.py
+        return info
 
     def legal_actions(self, agent: str) -> dict[str, str] | None:
         """The mover's legal moves, each its own text; None for the player not to move."""
