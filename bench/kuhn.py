@@ -108,6 +108,7 @@ FRESH = "league/exploitability_fresh"
 PARSE_FAILURES = "team/parse_failure_rate"  # replies naming no legal move, the bot's included
 LAST = 10  # iterations the per-run parse failure rate is averaged over
 UNIFORM = 11 / 24  # the uniform random policy's exploitability (NashConv 11/12)
+GRID = 10  # card-blind policies searched on a grid of step 1/GRID per betting history
 DEFAULT_RUNS = ROOT / "runs" / "kuhn5"
 DEFAULT_OUT = ROOT / "bench" / "results" / "kuhn"
 
@@ -355,7 +356,9 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         f"{facts['aggressive_vs_uniform']:+.3f}); the best against always bet/call wins "
         f"{facts['best_card_blind_vs_aggressive']:+.3f}, so always bet/call is an equilibrium "
         "among card-blind policies; a best response that reads its card wins "
-        f"{facts['aggressive_exploitability']:.3f} against it (its exploitability). As the "
+        f"{facts['aggressive_exploitability']:.3f} against it (its exploitability), and no "
+        f"card-blind policy on a grid of step 1/{GRID} is less exploitable (lowest: "
+        f"{facts['card_blind_exploitability_floor']:.3f}). As the "
         "second player facing the Nash bot's opening bet, always calling instead of always "
         "folding gains, in chips a hand: "
         + ", ".join(
@@ -374,17 +377,23 @@ def card_blind_facts() -> dict[str, Any]:
     policy gains there, so always bet/call is an equilibrium among card-blind policies), beside
     the best response's gain against always bet/call (its exploitability, 1/3), which needs the
     card (fold the jack to a bet). And, as the second player facing the Nash bot's opening bet,
-    what always calling instead of always folding gains with each card, in chips a hand."""
+    what always calling instead of always folding gains with each card, in chips a hand. And
+    the lowest exploitability of any card-blind policy on a grid of step 1/``GRID`` over the
+    four histories' probabilities (1/3: no card-blind policy there is closer to equilibrium
+    than always bet/call)."""
     import itertools
 
     def chips(p: Any, q: Any) -> float:  # p's chips a hand against q, mean of the two seats
         return sum(kuhn_tree.chips_by_seat(p, q)) / 2
 
     uniform, aggressive = kuhn_tree.uniform_policy(), kuhn_tree.aggressive_policy()
-    blind = []
-    for bits in itertools.product((0.0, 1.0), repeat=len(kuhn_tree.HISTORIES)):
-        by_history = dict(zip(kuhn_tree.HISTORIES, bits))
-        blind.append(kuhn_tree.policy_from(lambda key, h=by_history: h[key[1:]]))
+
+    def card_blind(probs: tuple[float, ...]) -> Any:  # one probability per betting history
+        by_history = dict(zip(kuhn_tree.HISTORIES, probs))
+        return kuhn_tree.policy_from(lambda key: by_history[key[1:]])
+
+    histories = len(kuhn_tree.HISTORIES)
+    blind = [card_blind(bits) for bits in itertools.product((0.0, 1.0), repeat=histories)]
 
     nash = nash_policy()
 
@@ -395,7 +404,11 @@ def card_blind_facts() -> dict[str, Any]:
 
         return seat1(1.0) - seat1(0.0)
 
+    steps = [i / GRID for i in range(GRID + 1)]
+    grid = itertools.product(steps, repeat=histories)
+    floor = min(kuhn_tree.exploitability(card_blind(p)) for p in grid)
     return {
+        "card_blind_exploitability_floor": floor,
         "call_minus_fold_facing_nash_bet": {card: call_gain(card) for card in kuhn_tree.CARDS},
         "best_card_blind_vs_uniform": max(chips(p, uniform) for p in blind),
         "aggressive_vs_uniform": chips(aggressive, uniform),

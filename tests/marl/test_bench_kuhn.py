@@ -155,6 +155,7 @@ def test_always_bet_and_call_is_the_card_blind_equilibrium() -> None:
     assert facts["aggressive_vs_uniform"] == pytest.approx(3 / 8, abs=1e-9)
     assert facts["best_card_blind_vs_aggressive"] == pytest.approx(0.0, abs=1e-9)
     assert facts["aggressive_exploitability"] == pytest.approx(1 / 3, abs=1e-9)
+    assert facts["card_blind_exploitability_floor"] == pytest.approx(1 / 3, abs=1e-9)
     # the Nash bot opens with a bet on a king half the time, a jack 1/6, a queen never; each deal
     # is 1/6. A jack's call loses 1 chip more than a fold (vs K): -1 * 1/6 * 1/2 = -1/12; a
     # king's wins 3 more (vs J): 3 * 1/6 * 1/6 = +1/12; a queen gets both: +1/12 - 1/12 = 0
