@@ -22,11 +22,11 @@ to move in opposite directions, moves each (1 - t) times as far as a step along 
 alone would. These are plain gradient steps; the runs' AdamW rescales each weight's step, which
 this first-order measure leaves out.
 
-``--card-in-head`` adds the untrained model scored with its card restated right before the move
-in two heads instead of ``ACTION:``: ``My card is J.``, a line break and ``ACTION:`` (the
-``ACTION:`` line stays a line of its own, as the move parser wants it), and ``My card is J.
-ACTION:`` on one line (which the parser would not read as a move). A prompt variant, never
-trained: it says whether the card's distance from the move is what makes the cards alike.
+``--card-in-head`` adds the untrained model scored with its card restated right before the move,
+in two heads instead of ``ACTION:``: ``My card is J.``, a line break and ``ACTION:`` (a variant
+built here), and ``My card is J. ACTION:`` on one line, which is the scenario's own
+``params.restate_card`` (the note is prompt context; the game still gets ``ACTION: <move>``).
+Neither is what the 15 runs of bench/kuhn.py trained on.
 
     .venv/bin/python bench/kuhn_gradients.py                       # SmolLM2 as downloaded
     .venv/bin/python bench/kuhn_gradients.py --card-in-head --run runs/kuhn5/vs_random/seed2
@@ -70,12 +70,16 @@ def log_odds_gradients(
     """Per information set key, the gradient of its aggressive-move log-odds over every weight
     that requires one, flattened to one fp32 vector (n_params,) on the CPU. ``card_in_head``
     (None, or the separator before ``ACTION:``): score each set as if the reply had begun by
-    restating the card (:func:`restate_card`)."""
+    restating the card; " " is the scenario's own ``params.restate_card`` (what a run trains
+    with), a line break :func:`restate_card`."""
     from marl.runtime.exploitability import info_set_prompts
 
+    if card_in_head == " ":
+        params = {**(overrides.get("params") or {}), "restate_card": True}
+        overrides = {**overrides, "params": params}
     sets = info_set_prompts(tokenizer, SCENARIO, overrides, sampling=sampling)
-    if card_in_head is not None:
-        sets = restate_card(sets, tokenizer, card_in_head)
+    if card_in_head == "\n":
+        sets = restate_card(sets, tokenizer)
     weights = [p for p in model.parameters() if p.requires_grad]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     model.eval()  # no dropout: the gradient of the scored table
@@ -100,10 +104,10 @@ def log_odds_gradients(
     return out
 
 
-def restate_card(sets: list[Any], tokenizer: Any, separator: str = "\n") -> list[Any]:
+def restate_card(sets: list[Any], tokenizer: Any) -> list[Any]:
     """The sets with each prompt's response head ``ACTION:`` replaced by ``My card is <card>.``,
-    ``separator`` and ``ACTION:``: the card written right before the move, as a reply that
-    restated it first would have it (a variant of the prompt, not what the runs trained on)."""
+    a line break and ``ACTION:``: the card on the line before the move (a prompt variant that
+    no scenario option gives; ``params.restate_card`` puts it on the ``ACTION:`` line)."""
     from marl.agents.heads import ACTION_HEAD, head_ids
 
     n = len(head_ids(tokenizer, ACTION_HEAD))
@@ -111,7 +115,7 @@ def restate_card(sets: list[Any], tokenizer: Any, separator: str = "\n") -> list
     for s in sets:
         if list(s.prompt_ids[-n:]) != head_ids(tokenizer, ACTION_HEAD):
             raise SystemExit("--card-in-head needs the response head (sampling.response_prefix)")
-        head = head_ids(tokenizer, f"My card is {s.key[0]}.{separator}{ACTION_HEAD}")
+        head = head_ids(tokenizer, f"My card is {s.key[0]}.\n{ACTION_HEAD}")
         out.append(dataclasses.replace(s, prompt_ids=list(s.prompt_ids[:-n]) + head))
     return out
 
