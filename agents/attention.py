@@ -1,4 +1,13 @@
-"""Attention for decoding on a CPU: the fast kernel whether or not the batch is padded.
+"""The platform's attention function: packed training rows, and decoding on a CPU.
+
+:data:`MARL_ATTENTION` is one name transformers knows (with ``sdpa``'s masks). It serves:
+
+- **packed rows** (:mod:`marl.agents.packing`): a forward called with ``packed_layout=...``
+  runs :func:`marl.agents.packing.packed_attention`, each node attending to its ancestors;
+- **one-token decoding steps on a CPU**, folded as below;
+- everything else through transformers' own ``sdpa`` function, unchanged.
+
+Decoding on a CPU: the fast kernel whether or not the batch is padded.
 
 While decoding, each row has one query token. transformers' ``sdpa`` attention then takes one of
 two paths for a model whose query heads share key/value heads (grouped-query attention, as in
@@ -9,9 +18,8 @@ kernel is 5 to 7 times slower: 2.6 ms against 0.4 ms a layer for 16 rows of 300 
 half of a 16-row decoding step (``bench/decode_step.py``). Equal-length batches are common in
 GRPO: the G episodes of a group often show an agent prompts of the same length.
 
-:func:`use_cpu_decode_attention` installs an attention function that folds the heads on every
-decoding step and otherwise calls transformers' own ``sdpa`` function unchanged. Prefill and
-training are untouched; so is any model not on ``sdpa``.
+:func:`use_marl_attention` installs the function, which folds the heads on every CPU decoding
+step. Prefill and unpacked training are untouched; so is any model not on ``sdpa``.
 """
 
 from __future__ import annotations
@@ -21,10 +29,10 @@ from typing import Any
 import torch
 from torch import nn
 
-CPU_DECODE_ATTENTION = "marl_cpu_decode_sdpa"
+MARL_ATTENTION = "marl_sdpa"
 
 
-def cpu_decode_attention(
+def marl_attention(
     module: nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -37,6 +45,12 @@ def cpu_decode_attention(
     """transformers' attention-function contract: ``query`` (B, H, Q, D), ``key`` and ``value``
     (B, H_kv, K, D), ``attention_mask`` None or (B, 1, Q, K); returns ((B, Q, H, D), None)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    layout = kwargs.get("packed_layout")
+    if layout is not None:
+        from marl.agents.packing import packed_attention
+
+        return packed_attention(query, key, value, layout, scaling), None
 
     groups = int(getattr(module, "num_key_value_groups", 1))
     batch, heads, q_len, dim = query.shape
@@ -60,20 +74,26 @@ def cpu_decode_attention(
 
 
 def _register() -> None:
-    """Make :data:`CPU_DECODE_ATTENTION` a name transformers knows, with ``sdpa``'s masks."""
+    """Make :data:`MARL_ATTENTION` a name transformers knows, with ``sdpa``'s masks."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-    AttentionInterface.register(CPU_DECODE_ATTENTION, cpu_decode_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(CPU_DECODE_ATTENTION, sdpa_mask)
+    AttentionInterface.register(MARL_ATTENTION, marl_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(MARL_ATTENTION, sdpa_mask)
 
 
-def use_cpu_decode_attention(model: nn.Module) -> nn.Module:
-    """Switch a transformers model from ``sdpa`` to :func:`cpu_decode_attention`, in place (a
-    model on any other attention implementation is left alone). Returns the model."""
+def use_marl_attention(model: nn.Module) -> nn.Module:
+    """Switch a transformers model from ``sdpa`` to :func:`marl_attention`, in place (a model on
+    any other attention implementation is left alone). Returns the model."""
     config = getattr(model, "config", None)
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return model
     _register()
-    model.set_attn_implementation(CPU_DECODE_ATTENTION)
+    model.set_attn_implementation(MARL_ATTENTION)
     return model
+
+
+def runs_marl_attention(model: nn.Module) -> bool:
+    """Whether ``model`` runs :func:`marl_attention` (so it can take packed rows)."""
+    config = getattr(model, "config", None)
+    return getattr(config, "_attn_implementation", None) == MARL_ATTENTION

@@ -119,13 +119,17 @@ def response_logprobs(
     share_prompts: bool = False,
     max_padding: float = 0.125,
     min_prefix: int = MIN_SHARED_PREFIX,
+    packed: bool = False,
 ) -> ResponseLogprobs:
     """:func:`sequence_logprobs`, plus (``untruncated=True``) the logprobs of the same tokens
     without the top-p filter, from the same forward pass. Every tensor is built on the model's
     device. ``share_prompts``: run each distinct prompt once, in length buckets that pad at most
     ``max_padding`` of their tokens (1.0 = one bucket), a prefix of at least ``min_prefix``
     tokens common to several distinct prompts once (0 = never), and the responses on the
-    key/value cache (the module docstring); same values and gradient."""
+    key/value cache (the module docstring); same values and gradient. ``packed``: every turn in
+    one packed row instead (:mod:`marl.agents.packing`; shared prefixes once when
+    ``share_prompts``), where the model runs :data:`marl.agents.attention.MARL_ATTENTION`; same
+    values and gradient, one forward call."""
     if len(prompt_ids_list) != len(response_ids_list):
         raise ValueError(
             f"sequence_logprobs: {len(prompt_ids_list)} prompts but "
@@ -140,6 +144,20 @@ def response_logprobs(
     if batch == 0 or t_max == 0:
         empty = torch.zeros(batch, 0, device=device)
         return ResponseLogprobs(empty, empty.clone() if untruncated else None, empty.clone())
+    if packed:
+        from marl.agents.attention import runs_marl_attention
+        from marl.agents.packing import packed_response_logprobs
+
+        if runs_marl_attention(model):
+            return packed_response_logprobs(
+                model,
+                prompt_ids_list,
+                response_ids_list,
+                temperature,
+                top_p,
+                untruncated=untruncated,
+                share=share_prompts,
+            )
 
     if share_prompts:
         logits, targets = _shared_prompt_logits(

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import alternate, machine, model_parser, row, timed, write  # noqa: E402
 
-from marl.agents.attention import CPU_DECODE_ATTENTION  # noqa: E402
+from marl.agents.attention import MARL_ATTENTION  # noqa: E402
 from marl.agents.backends import SamplingConfig  # noqa: E402
 from marl.agents.backends.hf import HFBackend  # noqa: E402
 
@@ -102,9 +102,9 @@ def main() -> None:
     contenders = {}
     for name, prompts in batches.items():
         contenders[f"{name}/before"] = lambda p=prompts: step_seconds(before, p, "sdpa")
-        contenders[f"{name}/now"] = lambda p=prompts: step_seconds(now, p, CPU_DECODE_ATTENTION)
+        contenders[f"{name}/now"] = lambda p=prompts: step_seconds(now, p, MARL_ATTENTION)
         contenders[f"{name}/cat"] = lambda p=prompts: step_seconds(
-            cat_cache, p, CPU_DECODE_ATTENTION
+            cat_cache, p, MARL_ATTENTION
         )
     measured = alternate(contenders, args.rounds)
     state["load_average_after"] = machine()["load_average"]

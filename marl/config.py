@@ -157,11 +157,15 @@ class UpdateSettings:
                  its turns, zero-advantage ones included; a minibatch in which no turn carries
                  a gradient (every advantage 0 and beta 0) takes no step, so an iteration takes
                  at most ``epochs * ceil(N / minibatch_size)`` steps.
-    microbatch_size: turns per forward/backward pass within a minibatch (None = the whole
-                 minibatch). Gradients accumulate over the microbatches, each loss normalised
-                 by the whole minibatch's denominator, so the step is the same (to float
-                 rounding) and only the peak activation memory shrinks: relay's 32-turn
-                 minibatches of 300-token prompts held 15 GB in one pass on SmolLM2.
+    microbatch_tokens: positions per forward/backward pass within a minibatch. A minibatch's
+                 turns are packed into rows without padding, a prompt shared by several turns
+                 once (``marl.agents.packing``), and a row takes turns until the next would pass
+                 this many positions (a longer turn goes alone). Gradients accumulate over the
+                 rows, each loss normalised by the whole minibatch's denominator, so the step is
+                 the same (to float rounding) and only the peak activation memory changes.
+                 ``null`` sizes it from the device's free memory at start-up
+                 (``marl.runtime.learner.default_microbatch_tokens``): on a GPU usually the
+                 whole minibatch in one pass.
     max_nonfinite_updates: an optimizer step whose loss, gradient or new weights hold a NaN or
                  inf is skipped (weights and AdamW state left as before it) and counted in
                  ``policies/<id>/nonfinite_skips``; this many skipped steps in a row stop the run.
@@ -184,7 +188,7 @@ class UpdateSettings:
     max_grad_norm: float = 1.0
     epochs: int = 1
     minibatch_size: int = 16
-    microbatch_size: int | None = None
+    microbatch_tokens: int | None = None
     max_nonfinite_updates: int = 3
     share_prompts: bool = True
 
@@ -231,8 +235,8 @@ class AlgoConfig(UpdateSettings):
         _positive("algo.max_grad_norm", self.max_grad_norm)
         _positive("algo.epochs", self.epochs)
         _positive("algo.minibatch_size", self.minibatch_size)
-        if self.microbatch_size is not None:
-            _positive("algo.microbatch_size", self.microbatch_size)
+        if self.microbatch_tokens is not None:
+            _positive("algo.microbatch_tokens", self.microbatch_tokens)
         _positive("algo.max_nonfinite_updates", self.max_nonfinite_updates)
 
 

@@ -48,7 +48,7 @@ depend on which turns were skipped.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple, cast, get_args
+from typing import Any, Literal, NamedTuple, cast, get_args
 
 import torch
 
@@ -67,6 +67,7 @@ __all__ = [
     "get_policy_loss",
     "list_policy_losses",
     "policy_loss",
+    "policy_loss_terms",
     "ratio_unit",
     "register_policy_loss",
     "sequence_loss",
@@ -81,11 +82,12 @@ LOG_RATIO_BOUND = 20.0
 
 
 class Surrogate(NamedTuple):
-    """What a policy loss gives back: each token's loss and two statistics of its ratios."""
+    """What a policy loss gives back: each token's loss and two statistics of its ratios (0-dim
+    tensors, so that nothing waits for the device; a float is accepted too)."""
 
     per_token: torch.Tensor  # (B, T): a response-level loss repeats its value on every token
-    clip_frac: float  # fraction of the ratios whose gradient the clip removed
-    ratio_mean: float  # mean importance ratio
+    clip_frac: torch.Tensor | float  # fraction of the ratios whose gradient the clip removed
+    ratio_mean: torch.Tensor | float  # mean importance ratio
 
 
 PolicyLossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float, float], Surrogate]
@@ -181,12 +183,11 @@ def _aggregate(
     return numerator / (own if denominator is None else denominator)  # ()
 
 
-def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> float:
-    """Mean of ``values`` where ``valid`` is true, 0.0 when nothing is valid (any shape)."""
-    n = int(valid.sum())
-    if n == 0:
-        return 0.0
-    return float(values[valid].float().mean())
+def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``()`` mean of ``values`` where ``valid`` is true, 0 when nothing is valid (any shape);
+    computed on the device, with no host read."""
+    picked = torch.where(valid, values.float(), torch.zeros((), device=values.device))
+    return picked.sum() / valid.sum().clamp(min=1)  # ()
 
 
 @register_policy_loss("token")
@@ -237,6 +238,26 @@ def policy_loss(
     logp_old: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    **options: Any,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """:func:`policy_loss_terms` with its metrics read to the host as floats (one read)."""
+    loss, terms = policy_loss_terms(logp_new, logp_old, advantages, mask, **options)
+    return loss, metrics_to_host(terms)
+
+
+def metrics_to_host(terms: dict[str, torch.Tensor]) -> dict[str, float]:
+    """0-dim metric tensors as floats, read from their device in one transfer."""
+    if not terms:
+        return {}
+    values = torch.stack([t.detach().double().reshape(()) for t in terms.values()]).tolist()
+    return dict(zip(terms, values))
+
+
+def policy_loss_terms(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
     *,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
@@ -247,8 +268,9 @@ def policy_loss(
     max_tokens_norm: float | None = None,
     denominator: float | None = None,
     kl_logp_new: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped policy-gradient loss to minimise, and float metrics.
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped policy-gradient loss to minimise, and its metrics as 0-dim tensors on the loss's
+    device (nothing here waits for the device; :func:`policy_loss` reads them as floats).
 
     Args:
         logp_new: ``(B, T)`` logprobs of the response tokens under the policy being trained;
@@ -276,7 +298,7 @@ def policy_loss(
             same distribution as ``ref_logp``, while the ratio uses the sampling distribution.
 
     Returns:
-        ``(loss, metrics)``: the scalar loss ``pg_loss + beta * kl``, and floats ``loss``,
+        ``(loss, metrics)``: the scalar loss ``pg_loss + beta * kl``, and ``loss``,
         ``pg_loss``, ``kl`` (0.0 without ``ref_logp``), ``clip_frac`` (fraction of masked tokens,
         or of non-empty responses for a ``"sequence"``-unit loss, whose gradient the clip removed),
         ``ratio_mean`` (mean ``w`` over masked tokens, or mean ``s_i``), ``approx_kl_old`` (k3
@@ -314,7 +336,7 @@ def policy_loss(
 
     pg_loss = _aggregate(per_token, maskf, aggregation, max_tokens_norm, denominator)  # ()
 
-    kl_value = 0.0
+    kl_value = torch.zeros((), device=logp_new.device)  # ()
     loss = pg_loss  # ()
     if ref_logp is not None:
         kl_new = logp_new if kl_logp_new is None else kl_logp_new  # (B, T)
@@ -322,7 +344,7 @@ def policy_loss(
         d = d.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (B, T)
         kl_tok = torch.exp(d) - d - 1.0  # (B, T): k3, >= 0, exactly 0 where masked
         kl = _aggregate(kl_tok, maskf, aggregation, max_tokens_norm, denominator)  # ()
-        kl_value = float(kl.detach())
+        kl_value = kl.detach()  # ()
         if beta > 0:
             loss = pg_loss + beta * kl  # ()
 
@@ -331,15 +353,16 @@ def policy_loss(
         approx_kl_old = _masked_mean(torch.exp(lr) - 1.0 - lr, valid)  # k3 of KL(old || new)
         entropy_proxy = -_masked_mean(logp_new.detach(), valid & logp_new.detach().isfinite())
 
+    device = logp_new.device
     metrics = {
-        "loss": float(loss.detach()),
-        "pg_loss": float(pg_loss.detach()),
+        "loss": loss.detach(),
+        "pg_loss": pg_loss.detach(),
         "kl": kl_value,
-        "clip_frac": surrogate.clip_frac,
-        "ratio_mean": surrogate.ratio_mean,
+        "clip_frac": torch.as_tensor(surrogate.clip_frac, device=device),
+        "ratio_mean": torch.as_tensor(surrogate.ratio_mean, device=device),
         "approx_kl_old": approx_kl_old,
         "entropy_proxy": entropy_proxy,
-        "n_tokens": float(maskf.sum()),
+        "n_tokens": maskf.sum().detach(),
     }
     return loss, metrics
 

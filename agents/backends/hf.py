@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from marl.agents.attention import use_cpu_decode_attention
+from marl.agents.attention import use_marl_attention
 from marl.agents.backends.base import (
     BASE_ADAPTER,
     Generation,
@@ -117,7 +117,7 @@ class HFBackend:
         tokenizer.padding_side = "left"
         if device is not None:
             model = model.to(device)
-        self.model: Any = use_cpu_decode_attention(contiguous_head_input(model.eval()))
+        self.model: Any = use_marl_attention(contiguous_head_input(model.eval()))
         self.tokenizer = tokenizer
         self.lora_config = lora_config
         self.share_prompts = share_prompts  # one prefill per distinct prompt (module docstring)

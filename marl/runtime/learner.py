@@ -69,17 +69,27 @@ from typing import Any
 import torch
 from torch import nn
 
+from marl.agents.attention import runs_marl_attention, use_marl_attention
 from marl.agents.backends.base import SamplingConfig
 from marl.agents.logprobs import response_logprobs
+from marl.agents.packing import PrefixCounter, host_to_device
 from marl.config import UpdateSettings
 from marl.errors import RunError
-from marl.losses import aggregation_denominator, as_aggregation, policy_loss, ratio_unit
+from marl.losses import (
+    aggregation_denominator,
+    as_aggregation,
+    metrics_to_host,
+    policy_loss_terms,
+    ratio_unit,
+)
 from marl.protocols.turn import TurnRecord
 
 __all__ = [
     "Learner",
     "LearnerSettings",
     "NonFiniteUpdateError",
+    "default_microbatch_tokens",
+    "finite_flag",
     "nonfinite_tensors",
     "prompts_together",
 ]
@@ -168,8 +178,10 @@ class Learner:
         seed: int = 0,
         name: str = "policy",
     ) -> None:
-        self.model = model
+        self.model = use_marl_attention(model)  # packed rows need the platform's attention
         self.settings = settings
+        self.packed = runs_marl_attention(model)  # else padded forwards (an eager model, say)
+        self.microbatch_tokens = settings.microbatch_tokens or default_microbatch_tokens(model)
         self.pad_token_id = pad_token_id
         self.name = name
         self.aggregation = as_aggregation(settings.aggregation, "algo.aggregation")
@@ -178,6 +190,7 @@ class Learner:
         self.params = self.masters.params  # what the optimizer steps (fp32)
         self.optimizer = _adamw(self.params, settings)
         self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row, across updates
+        self.unchecked: torch.Tensor | None = None  # () the last step's weights all finite
         self.reference: nn.Module | None = None
         self.reference_reset = False  # reset_reference ran: the reference is not the base
         # A LoRA (peft) model's reference is its own base with the adapter switched off: no copy.
@@ -232,6 +245,7 @@ class Learner:
         counts = {"optimizer_steps": 0.0, "nonfinite_skips": 0.0}
         self.model.train()
         try:
+            reference = self._reference_table([t for t in usable if self._carries_gradient(t)])
             for _ in range(s.epochs):
                 order = list(usable)
                 self.rng.shuffle(order)
@@ -239,13 +253,14 @@ class Learner:
                     order = prompts_together(order)
                 for start in range(0, len(order), s.minibatch_size):
                     batch = order[start : start + s.minibatch_size]
-                    step = self._minibatch_step(batch)
+                    step = self._minibatch_step(batch, reference)
                     if step is None:
                         continue
                     counts["optimizer_steps" if step.pop("stepped") else "nonfinite_skips"] += 1
                     weight += len(batch)
                     for key, value in step.items():
                         sums[key] = sums.get(key, 0.0) + value * len(batch)
+            self._check_last_step()
         finally:
             self._zero_grad()
             self.model.eval()
@@ -257,9 +272,15 @@ class Learner:
         """Whether ``turn`` can contribute a gradient (a policy term, or the KL term)."""
         return self.settings.beta > 0 or turn.advantage != 0.0
 
-    def _minibatch_step(self, batch: Sequence[TurnRecord]) -> dict[str, float] | None:
+    def _minibatch_step(
+        self, batch: Sequence[TurnRecord], reference: Mapping[int, torch.Tensor] | None = None
+    ) -> dict[str, float] | None:
         """One optimizer step on ``batch``: its loss metrics and ``stepped`` (1.0, or 0.0 when a
-        non-finite value skipped it), or None when the batch has no gradient."""
+        non-finite value skipped it), or None when the batch has no gradient.
+
+        The host reads the device once: after every microbatch's backward pass and the clip,
+        the loss, the gradient norm, the metrics and the previous step's weight check come over
+        together (:meth:`_read`), and only then does the optimizer step or skip."""
         live = [t for t in batch if self._carries_gradient(t)]
         if not live:
             return None
@@ -268,13 +289,20 @@ class Learner:
         denominator = aggregation_denominator(
             [t.mask for t in batch], self.aggregation, s.sampling.max_new_tokens
         )
-        metrics = self._accumulate_gradients(live, denominator)
-        metrics["grad_norm"] = float("nan")
-        problem: str | None = "loss"
-        if math.isfinite(metrics["loss"]):
-            self.masters.grads_in()
-            metrics["grad_norm"] = self._clip_gradients()
-            problem = "gradient" if not math.isfinite(metrics["grad_norm"]) else self._step()
+        terms = self._accumulate_gradients(live, denominator, reference)
+        self.masters.grads_in()
+        terms["grad_norm"] = self._clip_gradients()
+        metrics = self._read(terms)
+        norm = metrics["grad_norm"]
+        problem: str | None
+        if not math.isfinite(metrics["loss"]):
+            metrics["grad_norm"], problem = float("nan"), "loss"
+        elif not math.isfinite(norm):
+            problem = "gradient"
+        elif math.isnan(s.max_grad_norm / (norm + 1e-6)):
+            metrics["grad_norm"], problem = float("nan"), "gradient"
+        else:
+            problem = self._step()
         if problem is None:
             self.nonfinite_in_a_row = 0
         else:
@@ -282,36 +310,84 @@ class Learner:
         metrics["stepped"] = float(problem is None)
         return metrics
 
+    def _read(self, terms: dict[str, torch.Tensor]) -> dict[str, float]:
+        """The one host read of an optimizer step: ``terms`` as floats, and the check of the
+        previous step's weights that came with them (raises if they went non-finite)."""
+        pending = self.unchecked
+        if pending is not None:
+            terms = {**terms, "_weights_finite": pending}
+        values = metrics_to_host(terms)
+        if pending is not None:
+            self.unchecked = None
+            self._weights_checked(bool(values.pop("_weights_finite")))
+        return values
+
+    def _check_last_step(self) -> None:
+        """Read the last optimizer step's weight check (one host read per update)."""
+        if self.unchecked is not None:
+            finite = bool(self.unchecked)
+            self.unchecked = None
+            self._weights_checked(finite)
+
+    def _weights_checked(self, finite: bool) -> None:
+        """Raise if a step without a rollback copy left non-finite weights (the summed check
+        can overflow on finite weights: then the exact one decides)."""
+        if finite or all_finite(self.params):
+            return
+        lr = self.optimizer.param_groups[0]["lr"]
+        raise NonFiniteUpdateError(
+            f"policy {self.name!r}: the weights became non-finite in an optimizer step with "
+            f"finite gradients (algo.lr={lr}); stopping before anything is checkpointed"
+        )
+
+    def microbatches(self, turns: Sequence[TurnRecord]) -> list[list[TurnRecord]]:
+        """``turns`` cut, in order, into microbatches of at most ``microbatch_tokens``
+        positions (a packed row's positions: a prompt shared by adjacent turns counts once); a
+        turn longer than the budget is a microbatch of its own."""
+        chunks: list[list[TurnRecord]] = []
+        counter = PrefixCounter(self.settings.share_prompts)
+        for turn in turns:
+            path = [*turn.prompt_ids, *turn.response_ids]
+            if chunks and counter.nodes + counter.cost(path) > self.microbatch_tokens:
+                counter = PrefixCounter(self.settings.share_prompts)
+                chunks.append([])
+            if not chunks:
+                chunks.append([])
+            chunks[-1].append(turn)
+            counter.add(path)
+        return chunks
+
     def _accumulate_gradients(
-        self, live: Sequence[TurnRecord], denominator: float | None
-    ) -> dict[str, float]:
-        """Backward the loss of ``live`` in microbatches of ``microbatch_size`` turns (one pass
-        when unset), each normalised by the minibatch's ``denominator`` so that the gradients
-        add up to the minibatch's. Returns the minibatch's metrics: loss terms summed, the
-        per-token statistics averaged weighted by tokens. Stops at a non-finite loss (the
-        caller then skips the step)."""
-        size = self.settings.microbatch_size or len(live)
-        chunks = [live[i : i + size] for i in range(0, len(live), size)]
-        total: dict[str, float] = {}
+        self,
+        live: Sequence[TurnRecord],
+        denominator: float | None,
+        reference: Mapping[int, torch.Tensor] | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Backward the loss of ``live`` in :meth:`microbatches`, each normalised by the
+        minibatch's ``denominator`` so that the gradients add up to the minibatch's. Returns the
+        minibatch's metrics as 0-dim tensors on the device (no host read): loss terms summed,
+        the per-token statistics averaged weighted by tokens (a non-finite loss shows in
+        ``loss``; the caller then skips the step)."""
+        total: dict[str, torch.Tensor] = {}
         counts: dict[str, float] = {}
-        for chunk in chunks:
-            loss, metrics = self.loss(chunk, denominator)
-            if not math.isfinite(metrics["loss"]):
-                return metrics
+        for chunk in self.microbatches(live):
+            loss, metrics = self.loss_terms(chunk, denominator, reference)
             loss.backward()
-            weights = self._metric_weights(chunk, metrics["n_tokens"])
+            weights = self._metric_weights(chunk)
             for key, value in metrics.items():
-                total[key] = total.get(key, 0.0) + value * weights.get(key, weights["*"])
-                counts[key] = counts.get(key, 0.0) + weights.get(key, weights["*"])
+                w = weights.get(key, weights["*"])
+                total[key] = total[key] + value * w if key in total else value * w
+                counts[key] = counts.get(key, 0.0) + w
         for key in total:
             if key not in _ADDITIVE_METRICS:
-                total[key] = total[key] / counts[key] if counts[key] else 0.0
+                total[key] = total[key] / counts[key] if counts[key] else total[key] * 0.0
         return total
 
-    def _metric_weights(self, chunk: Sequence[TurnRecord], tokens: float) -> dict[str, float]:
+    def _metric_weights(self, chunk: Sequence[TurnRecord]) -> dict[str, float]:
         """How much one microbatch's metrics weigh in the minibatch's: sums for the additive
         ones, sequences for the ratio statistics of a sequence-unit loss (GSPO), tokens for the
-        rest."""
+        rest (counted on the host, from the turns' masks)."""
+        tokens = float(sum(sum(1 for m in t.mask[: len(t.response_ids)] if m) for t in chunk))
         weights = dict.fromkeys(_ADDITIVE_METRICS, 1.0) | {"*": tokens}
         if ratio_unit(self.settings.level) == "sequence":
             sequences = float(sum(1 for t in chunk if any(t.mask)))
@@ -321,8 +397,19 @@ class Learner:
     def loss(
         self, turns: Sequence[TurnRecord], denominator: float | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The clipped policy-gradient loss of ``turns`` (with gradient) and its metrics,
-        normalised by ``denominator`` (default: these turns' own normaliser)."""
+        """The clipped policy-gradient loss of ``turns`` (with gradient) and its metrics as
+        floats, normalised by ``denominator`` (default: these turns' own normaliser)."""
+        loss, terms = self.loss_terms(turns, denominator)
+        return loss, metrics_to_host(terms)
+
+    def loss_terms(
+        self,
+        turns: Sequence[TurnRecord],
+        denominator: float | None = None,
+        reference: Mapping[int, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`loss` with its metrics left on the device. ``reference``: the turns' reference
+        logprobs by ``id(turn)`` (:meth:`_reference_table`); computed here when not given."""
         s = self.settings
         new = response_logprobs(
             self.model,
@@ -333,13 +420,21 @@ class Learner:
             pad_token_id=self.pad_token_id,
             untruncated=s.beta > 0,
             share_prompts=s.share_prompts,
+            packed=self.packed,
         )
         logp_new = new.sampling  # (B, T)
         device, dtype, width = logp_new.device, logp_new.dtype, logp_new.shape[1]
         logp_old = _padded([t.logprobs for t in turns], width, dtype, device)  # (B, T)
         turn_mask = _padded([t.mask for t in turns], width, dtype, device)  # (B, T)
-        advantages = torch.tensor([t.advantage for t in turns], dtype=dtype, device=device)  # (B,)
-        return policy_loss(
+        advantages = host_to_device(
+            torch.tensor([t.advantage for t in turns], dtype=dtype, device="cpu"), device
+        )  # (B,)
+        if reference is None:
+            ref_logp = self._reference_logprobs(turns)
+        else:
+            rows = [reference[id(t)] for t in turns]  # each (T_i,)
+            ref_logp = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)  # (B, T)
+        return policy_loss_terms(
             logp_new,
             logp_old,
             advantages,
@@ -348,12 +443,27 @@ class Learner:
             clip_eps_high=s.clip_eps_high,
             level=s.level,
             aggregation=self.aggregation,
-            ref_logp=self._reference_logprobs(turns),
+            ref_logp=ref_logp,
             beta=s.beta,
             max_tokens_norm=s.sampling.max_new_tokens,
             denominator=denominator,
             kl_logp_new=new.untruncated,
         )
+
+    def _reference_table(self, turns: Sequence[TurnRecord]) -> dict[int, torch.Tensor] | None:
+        """Every turn's reference logprobs, computed once per update in :meth:`microbatches`
+        (the reference never changes within one), by ``id(turn)``: ``(T_i,)`` tensors on the
+        device. None without a reference."""
+        if self.reference is None and not self.reference_is_base:
+            return None
+        table: dict[int, torch.Tensor] = {}
+        ordered = prompts_together(turns) if self.settings.share_prompts else list(turns)
+        for chunk in self.microbatches(ordered):
+            logp = self._reference_logprobs(chunk)  # (b, T)
+            assert logp is not None
+            for row, turn in zip(logp, chunk):
+                table[id(turn)] = row[: len(turn.response_ids)]
+        return table
 
     def _reference_logprobs(self, turns: Sequence[TurnRecord]) -> torch.Tensor | None:
         """``(B, T)`` untruncated logprobs under the frozen reference; None without one."""
@@ -372,38 +482,35 @@ class Learner:
                 top_p=1.0,
                 pad_token_id=self.pad_token_id,
                 share_prompts=self.settings.share_prompts,
+                packed=self.packed,
             ).sampling
 
-    def _clip_gradients(self) -> float:
-        """Clip the gradients to ``max_grad_norm``; their norm before clipping, NaN or inf if
-        any gradient (or the clip coefficient) is not finite."""
+    def _clip_gradients(self) -> torch.Tensor:
+        """Clip the gradients to ``max_grad_norm`` on the device; returns their ``()`` norm
+        before clipping (NaN or inf if any gradient is not finite; the caller reads it)."""
         grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
-            return 0.0
+            return torch.zeros((), device=self.params[0].device if self.params else "cpu")
         norm = torch.nn.utils.get_total_norm(grads)  # ()
-        total = float(norm)
-        if not math.isfinite(total):
-            return total
-        if math.isnan(self.settings.max_grad_norm / (total + 1e-6)):
-            return float("nan")
         torch.nn.utils.clip_grads_with_norm_(self.params, self.settings.max_grad_norm, norm)
-        return total
+        return norm
 
     def _step(self) -> str | None:
-        """The optimizer step; ``"weights"`` if it made them non-finite (then undone)."""
-        saved = self._snapshot() if self._needs_snapshot() else None
+        """The optimizer step; ``"weights"`` if it made them non-finite (then undone). Without
+        a rollback copy the weights are checked on the device and read with the next step's
+        metrics (:meth:`_read`) or at the end of the update."""
+        if self._needs_snapshot():
+            saved = self._snapshot()
+            self.optimizer.step()
+            if all_finite(self.params):
+                self.masters.weights_out()
+                return None
+            self._restore(saved)
+            return "weights"
         self.optimizer.step()
-        if all_finite(self.params):
-            self.masters.weights_out()
-            return None
-        if saved is None:
-            lr = self.optimizer.param_groups[0]["lr"]
-            raise NonFiniteUpdateError(
-                f"policy {self.name!r}: the weights became non-finite in an optimizer step with "
-                f"finite gradients (algo.lr={lr}); stopping before anything is checkpointed"
-            )
-        self._restore(saved)
-        return "weights"
+        self.masters.weights_out()
+        self.unchecked = finite_flag(self.params)
+        return None
 
     def _needs_snapshot(self) -> bool:
         """Whether a step could overflow the weights: a non-finite or huge lr / weight decay."""
@@ -487,6 +594,56 @@ class Learner:
                 self.reference_reset = False
 
 
+# A packed row's positions: at least this many (a smaller row wastes the device on overhead), at
+# most this many (the row's index tensors and chunked keys grow with it)
+MIN_MICROBATCH_TOKENS = 256
+MAX_MICROBATCH_TOKENS = 32768
+# the share of the free memory that one microbatch's activations may take
+MICROBATCH_MEMORY_SHARE = 0.25
+
+
+def activation_bytes_per_position(model: nn.Module) -> int:
+    """Bytes one position of a packed row keeps for the backward pass, estimated from the
+    model's shape: per layer about 16 hidden-sized and 4 MLP-sized activations in the compute
+    dtype (a LoRA adapter's are a rounding error), plus the fp32 logits, log-softmax and their
+    gradient of the share of positions that predict a response token (taken as all)."""
+    config = getattr(model, "config", None)
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    if not hidden:
+        return 1 << 20
+    layers = int(getattr(config, "num_hidden_layers", 1))
+    mlp = int(getattr(config, "intermediate_size", 4 * hidden))
+    vocab = int(getattr(config, "vocab_size", 0))
+    dtype = next(model.parameters()).dtype
+    size = torch.finfo(dtype).bits // 8 if dtype.is_floating_point else 4
+    return layers * (16 * hidden + 4 * mlp) * size + 3 * vocab * 4
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Free memory where ``device``'s tensors live: the GPU's (CUDA), else the machine's
+    available RAM (``/proc/meminfo``; 4 GiB where it cannot be read)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 4 << 30
+
+
+def default_microbatch_tokens(model: nn.Module) -> int:
+    """``algo.microbatch_tokens: null``: the positions whose activations fill
+    :data:`MICROBATCH_MEMORY_SHARE` of the free memory, within [:data:`MIN_MICROBATCH_TOKENS`,
+    :data:`MAX_MICROBATCH_TOKENS`]."""
+    device = next(model.parameters()).device
+    fits = int(MICROBATCH_MEMORY_SHARE * free_memory_bytes(device))
+    fits //= activation_bytes_per_position(model)
+    return max(MIN_MICROBATCH_TOKENS, min(MAX_MICROBATCH_TOKENS, fits))
+
+
 # loss terms that are already shares of the minibatch's normaliser, and counts: a minibatch's
 # value is the sum over its microbatches (the other metrics are per-token means)
 _ADDITIVE_METRICS = frozenset({"loss", "pg_loss", "kl", "n_tokens"})
@@ -514,19 +671,26 @@ def _adamw(params: list[torch.Tensor], settings: LearnerSettings) -> torch.optim
 def _padded(
     rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
-    """``(B, width)`` tensor of ``rows``, cut or right-padded with 0, built on ``device``."""
+    """``(B, width)`` tensor of ``rows``, cut or right-padded with 0, moved to ``device``."""
     data = [list(r[:width]) + [0] * (width - len(r[:width])) for r in rows]
-    return torch.tensor(data, dtype=dtype, device=device)  # (B, width)
+    return host_to_device(torch.tensor(data, dtype=dtype, device="cpu"), device)  # (B, width)
+
+
+def finite_flag(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``()`` bool on the tensors' device: whether every floating-point element is finite, by
+    one sum per tensor (False also when a sum of finite values overflows; read it, then check
+    exactly). Nothing is read to the host."""
+    floats = [t.detach() for t in tensors if t.is_floating_point() and t.numel()]
+    if not floats:
+        return torch.ones((), dtype=torch.bool, device="cpu")
+    return torch.isfinite(torch.stack([t.sum().float() for t in floats])).all()  # ()
 
 
 def all_finite(tensors: Sequence[torch.Tensor]) -> bool:
     """Whether every element of ``tensors`` is finite (one sum per tensor; an exact check only
     when a sum overflows)."""
     floats = [t.detach() for t in tensors if t.is_floating_point() and t.numel()]
-    if not floats:
-        return True
-    sums = torch.stack([t.sum().float() for t in floats])  # NaN/inf if any element is
-    if bool(torch.isfinite(sums).all()):
+    if bool(finite_flag(floats)):
         return True
     return all(bool(torch.isfinite(t).all()) for t in floats)
 

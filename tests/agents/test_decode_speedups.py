@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from marl.agents.attention import CPU_DECODE_ATTENTION, use_cpu_decode_attention
+from marl.agents.attention import MARL_ATTENTION, use_marl_attention
 from marl.agents.backends import SamplingConfig
 from marl.agents.backends.hf import HFBackend, sample_inverse_cdf
 from marl.agents.models import build_char_tokenizer, prepare_tokenizer
@@ -64,7 +64,7 @@ def _gqa_backend(attention: str) -> HFBackend:
 
 @pytest.mark.parametrize("padded", [False, True])
 def test_folded_decoding_equals_transformers_sdpa(monkeypatch, padded) -> None:
-    ours, theirs = _gqa_backend(CPU_DECODE_ATTENTION), _gqa_backend("sdpa")
+    ours, theirs = _gqa_backend(MARL_ATTENTION), _gqa_backend("sdpa")
     tok = ours.tokenizer
     texts = ["abcdefgh", "hgfedcba", "aabbccdd"] if not padded else ["ab", "hello there", "xyz"]
     prompts = [tok.encode(t, add_special_tokens=False) for t in texts]
@@ -94,10 +94,10 @@ def test_folded_decoding_equals_transformers_sdpa(monkeypatch, padded) -> None:
 
 def test_a_model_on_another_attention_is_left_alone() -> None:
     backend = _gqa_backend("eager")
-    assert use_cpu_decode_attention(backend.model).config._attn_implementation == "eager"
+    assert use_marl_attention(backend.model).config._attn_implementation == "eager"
     fresh = _gqa_backend("sdpa")
-    assert use_cpu_decode_attention(fresh.model).config._attn_implementation == (
-        CPU_DECODE_ATTENTION
+    assert use_marl_attention(fresh.model).config._attn_implementation == (
+        MARL_ATTENTION
     )
 
 

@@ -17,6 +17,7 @@ from marl.agents.logprobs import (
     sequence_logprobs,
 )
 from marl.agents.models import ModelSpec, load_model
+from marl.agents.packing import packed_positions
 from marl.protocols.turn import TurnRecord
 from marl.runtime.learner import Learner, LearnerSettings, prompts_together
 
@@ -138,12 +139,18 @@ class _ForwardLog:
         return sum(len(r) for rows, _ in self.calls for r in rows)
 
 
+def _cached_logprobs(model: torch.nn.Module, turns: list[TurnRecord], share: bool) -> None:
+    """The unpacked path (the warm-up's and the action scores'): prompts on the key/value
+    cache with ``share``, one padded forward without."""
+    prompts, responses = [t.prompt_ids for t in turns], [t.response_ids for t in turns]
+    response_logprobs(model, prompts, responses, share_prompts=share)
+
+
 def test_each_distinct_prompt_reaches_the_model_once() -> None:
     model, tok = load_model(ModelSpec(kind="tiny", seed=2))
     turns = _turns(model, tok)
-    learner = Learner(model, LearnerSettings(share_prompts=True))
     log = _ForwardLog(model)
-    learner.loss(turns)
+    _cached_logprobs(model, turns, share=True)
     prompt_rows = [row for rows, cached in log.calls if not cached for row in rows]
     distinct = {tuple(t.prompt_ids) for t in turns}
     assert len(distinct) == 4 < len(turns)
@@ -159,8 +166,7 @@ def test_each_distinct_prompt_reaches_the_model_once() -> None:
     assert sum(map(len, response_rows)) == sum(map(len, responses)) - 3
     shared_tokens = log.tokens()
     log.calls.clear()
-    learner.settings = LearnerSettings(share_prompts=False)
-    learner.loss(turns)
+    _cached_logprobs(model, turns, share=False)
     assert len(log.calls) == 1  # one padded forward over prompt + response rows
     assert log.tokens() == sum(len(t.prompt_ids) + len(t.response_ids) for t in turns)
     assert shared_tokens < log.tokens()
@@ -170,14 +176,20 @@ def test_update_keeps_a_prompts_turns_in_one_minibatch() -> None:
     model, tok = load_model(ModelSpec(kind="tiny", seed=2))
     turns = _turns(model, tok)
     learner = Learner(model, LearnerSettings(share_prompts=True, minibatch_size=4, lr=1e-4))
-    log = _ForwardLog(model)
+    rows: list[list[int]] = []
+    handle = model.register_forward_pre_hook(
+        lambda _, args, kwargs: rows.append(kwargs["input_ids"][0].tolist()), with_kwargs=True
+    )
     metrics = learner.update(turns)
+    handle.remove()
     assert metrics["optimizer_steps"] == 2.0
-    prompt_rows = [tuple(row) for rows, cached in log.calls if not cached for row in rows]
-    # a prompt's turns are adjacent, so only the one minibatch boundary can split a prompt
-    distinct = {tuple(t.prompt_ids) for t in turns}
-    assert set(prompt_rows) == distinct
-    assert len(prompt_rows) <= len(distinct) + 1
+    assert len(rows) == 2  # one packed row per minibatch: every turn fits the token budget
+    # a prompt's turns are adjacent, so only the one minibatch boundary can split a prompt: the
+    # rows hold every shared prefix once, plus at most one prompt again
+    once = packed_positions([t.prompt_ids for t in turns], [t.response_ids for t in turns])
+    longest = max(len(t.prompt_ids) for t in turns)
+    assert once < sum(map(len, rows)) <= once + longest
+    assert sum(map(len, rows)) < sum(len(t.prompt_ids) + len(t.response_ids) for t in turns)
 
 
 def test_prompts_together_is_a_stable_regrouping() -> None:
@@ -309,7 +321,7 @@ def test_the_common_prefix_reaches_the_model_once() -> None:
     model, tok = load_model(ModelSpec(kind="tiny", seed=6))
     turns = _prefix_turns(model, tok)
     log = _ForwardLog(model)
-    Learner(model, LearnerSettings(share_prompts=True)).loss(turns)
+    _cached_logprobs(model, turns, share=True)
     uncached = [row for rows, cached in log.calls if not cached for row in rows]
     # the prefix-only prompt keeps its last token, so the common prefix is SYSTEM but that one
     prefix = tok.encode(SYSTEM, add_special_tokens=False)[:-1]
