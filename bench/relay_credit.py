@@ -69,7 +69,7 @@ def train_args(method: str, seed: int, args: argparse.Namespace, run_dir: Path) 
         "algo.minibatch_size=32",
         # 8 turns per forward/backward pass: one pass over 32 turns of 300-token prompts held
         # 15 GB and was OOM-killed on this 24 GB machine (same gradient, docs/benchmarks.md)
-        "algo.microbatch_size=8",
+        "algo.microbatch_tokens=2048",
         f"train.steps={args.steps}",
         f"train.seeds_per_step={args.seeds_per_step}",
         f"train.group_size={args.group_size}",

@@ -1,0 +1,159 @@
+"""Packed rows (marl.agents.packing): many turns in one forward, shared prefixes once, and the
+same logprobs and gradient as a padded forward of every ``prompt + response``."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+
+import pytest
+import torch
+
+from marl.agents.attention import MARL_ATTENTION, runs_marl_attention, use_marl_attention
+from marl.agents.logprobs import response_logprobs
+from marl.agents.models import ModelSpec, load_model
+from marl.agents.packing import (
+    PrefixCounter,
+    pack_turns,
+    packed_positions,
+    packed_response_logprobs,
+)
+
+
+def _pairs(seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
+    """Prompts sharing a 20-token system prefix, each shown to 3 responses (a GRPO group), one
+    prompt that is a prefix of another, a one-token prompt and an empty response."""
+    rng = random.Random(seed)
+    system = [rng.randrange(1, 100) for _ in range(20)]
+    prompts, responses = [], []
+    for _ in range(4):
+        prompt = system + [rng.randrange(1, 100) for _ in range(rng.randrange(3, 30))]
+        for _ in range(3):
+            prompts.append(prompt)
+            responses.append([rng.randrange(1, 100) for _ in range(rng.randrange(1, 12))])
+    prompts += [system[:5], prompts[0][:-2], [7], prompts[3]]
+    responses += [[4, 5, 6], [9], [8, 9], []]
+    return prompts, responses
+
+
+def _model(lora: bool = False) -> torch.nn.Module:
+    model, _ = load_model(ModelSpec(kind="tiny", seed=3))
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"]))
+        with torch.no_grad():  # a non-zero adapter
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(0))
+    return use_marl_attention(model)
+
+
+def _relative(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    num = sum(float((x - y).pow(2).sum()) for x, y in zip(a, b))
+    return math.sqrt(num / sum(float(y.pow(2).sum()) for y in b))
+
+
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("lora", [False, True])
+def test_packed_logprobs_and_gradient_equal_the_padded_forward(share: bool, lora: bool) -> None:
+    model = _model(lora)
+    prompts, responses = _pairs()
+    options = {"temperature": 0.7, "top_p": 0.9, "untruncated": True}
+    padded = response_logprobs(model, prompts, responses, **options)  # type: ignore[arg-type]
+    packed = packed_response_logprobs(model, prompts, responses, share=share, **options)
+    assert torch.equal(packed.mask, padded.mask)
+    real = padded.mask.bool()
+    for new, old in ((packed.sampling, padded.sampling), (packed.untruncated, padded.untruncated)):
+        assert new is not None and old is not None
+        assert torch.equal(new.isfinite(), old.isfinite())  # the same tokens outside the nucleus
+        both = real & old.isfinite()
+        assert torch.allclose(new[both], old[both], atol=1e-5)
+        assert torch.all(new[~real] == 0)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    weights = torch.linspace(0.5, 1.5, real.numel()).view_as(padded.mask)
+    grad_padded = torch.autograd.grad((padded.untruncated * weights).sum(), trainable)
+    grad_packed = torch.autograd.grad((packed.untruncated * weights).sum(), trainable)
+    assert sum(float(g.abs().sum()) for g in grad_padded) > 0
+    assert _relative(list(grad_packed), list(grad_padded)) < 1e-5
+
+
+def test_one_forward_runs_every_shared_prefix_once() -> None:
+    model = _model()
+    prompts, responses = _pairs()
+    rows: list[torch.Tensor] = []
+    handle = model.register_forward_pre_hook(
+        lambda _, args, kwargs: rows.append(kwargs["input_ids"]), with_kwargs=True
+    )
+    packed_response_logprobs(model, prompts, responses)
+    handle.remove()
+    assert len(rows) == 1 and rows[0].shape[0] == 1  # one call, one row
+    trie = {tuple(p + r)[:d] for p, r in zip(prompts, responses) for d in range(1, len(p + r) + 1)}
+    assert rows[0].shape[1] == len(trie) == packed_positions(prompts, responses)
+    assert len(trie) < sum(len(p) + len(r) for p, r in zip(prompts, responses)) / 2
+    unshared = pack_turns(prompts, responses, share=False)
+    assert unshared.nodes == sum(len(p) + len(r) for p, r in zip(prompts, responses))
+    assert unshared.nodes == packed_positions(prompts, responses, share=False)
+
+
+@pytest.mark.parametrize("chunk", [16, 64, 256])
+def test_every_query_chunk_size_gives_the_same_logprobs(chunk: int) -> None:
+    model = _model()
+    prompts, responses = _pairs(1)
+    with torch.no_grad():
+        auto = packed_response_logprobs(model, prompts, responses)
+        layout = pack_turns(prompts, responses, chunk=chunk)
+        fixed = packed_response_logprobs(model, prompts, responses, layout=layout)
+    assert layout.chunk_queries.shape[1] == chunk
+    assert torch.allclose(auto.sampling, fixed.sampling, atol=1e-5)
+
+
+def test_the_layout_positions_are_depths_and_every_node_has_one_slot() -> None:
+    prompts, responses = [[1, 2, 3], [1, 2, 4], [1, 2, 3]], [[5, 6], [7], [5, 8]]
+    layout = pack_turns(prompts, responses, chunk=16)
+    # nodes: 1 2 3 5 6 | 4 7 | 8  (the third turn shares 1 2 3 5 with the first)
+    assert layout.input_ids.tolist() == [[1, 2, 3, 5, 6, 4, 7, 8]]
+    assert layout.position_ids.tolist() == [[0, 1, 2, 3, 4, 2, 3, 4]]
+    slots = layout.node_slot.tolist()
+    assert len(set(slots)) == len(slots) == 8  # each node's output has a slot of its own
+    assert layout.targets.tolist() == [[5, 6], [7, 0], [5, 8]]
+    assert layout.valid.tolist() == [[True, True], [True, False], [True, True]]
+    # the predictor of the first response token is the prompt's last node, shared by turns 0, 2
+    first = layout.predictors[layout.predictor_of[:, 0]].tolist()
+    assert first == [2, 5, 2]
+
+
+def test_the_prefix_counter_counts_the_nodes_a_row_adds() -> None:
+    counter = PrefixCounter()
+    assert counter.add([1, 2, 3]) == 3
+    assert counter.cost([1, 2, 4, 5]) == 2 and counter.nodes == 3  # cost does not add
+    assert counter.add([1, 2, 4, 5]) == 2
+    assert counter.add([1, 2]) == 0 and counter.nodes == 5
+    plain = PrefixCounter(share=False)
+    assert plain.add([1, 2, 3]) == 3 and plain.add([1, 2, 3]) == 3 and plain.nodes == 6
+
+
+def test_packed_needs_the_platform_attention_and_falls_back_without_it() -> None:
+    model = _model()
+    assert runs_marl_attention(model)
+    assert model.config._attn_implementation == MARL_ATTENTION
+    eager = copy.deepcopy(model)
+    eager.set_attn_implementation("eager")
+    assert use_marl_attention(eager) is eager and not runs_marl_attention(eager)
+    prompts, responses = _pairs(2)
+    calls: list[int] = []
+    handle = eager.register_forward_pre_hook(lambda *_: calls.append(1))
+    with torch.no_grad():
+        fallback = response_logprobs(eager, prompts, responses, share_prompts=True, packed=True)
+        packed = response_logprobs(model, prompts, responses, share_prompts=True, packed=True)
+    handle.remove()
+    assert len(calls) > 1  # the key/value-cache path: several calls, not one packed row
+    assert torch.allclose(fallback.sampling, packed.sampling, atol=1e-5)
+
+
+def test_bad_turns_are_refused_with_a_message() -> None:
+    with pytest.raises(ValueError, match="every prompt needs at least one token"):
+        pack_turns([[1], []], [[2], [3]])
+    with pytest.raises(ValueError, match="2 prompts but 1 responses"):
+        pack_turns([[1], [2]], [[3]])
