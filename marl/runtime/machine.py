@@ -14,8 +14,10 @@ reads what the machine has, and fills in what the config left to it:
   ``bfloat16`` on a CPU that emulates it warns once, with the slowdown measured there.
 
 :meth:`Machine.line` is the one line a run prints, for example
-``devices: 1 GPU (NVIDIA H100 80GB HBM3): 2 policies share it (listener 0.5, speaker 0.5);
-dtype bfloat16 (auto: NVIDIA H100 80GB HBM3 computes bf16)``.
+``devices: 1 GPU (NVIDIA H100 80GB HBM3): 2 policies and the rollout share cuda:0; learners:
+listener, speaker on cuda:0; dtype bfloat16 (auto: NVIDIA H100 80GB HBM3 computes bf16)``. A
+learner whose tensors are not on its policy's device is refused when it is built
+(:func:`marl.runtime.policies.check_placement`).
 """
 
 from __future__ import annotations
@@ -125,10 +127,25 @@ class Machine:
     one_process: bool = True
 
     def line(self) -> str:
-        """The one line a run prints about where it runs."""
-        return f"devices: {self._devices()}; dtype {self.dtype}" + (
-            f" (auto: {self.reason})" if self.reason else ""
-        )
+        """The one line a run prints about where it runs: the devices, where each learner
+        trains, and the dtype."""
+        placed = "; ".join(f"{', '.join(p)} on {d}" for d, p in self.learners().items())
+        learners = f"learners: {placed}; " if placed else ""
+        reason = f" (auto: {self.reason})" if self.reason else ""
+        return f"devices: {self._devices()}; {learners}dtype {self.dtype}{reason}"
+
+    def learners(self) -> dict[str, list[str]]:
+        """Where each trainable policy's learner trains -> the policies there, sorted: in one
+        process every learner on the run's device (``cuda:0`` or ``cpu``); under Ray a learner
+        with a GPU share on its actor's GPU, the others on their actor's CPU."""
+        where: dict[str, list[str]] = {}
+        for pid, share in sorted(self.requests.items()):
+            if self.one_process:
+                device = "cuda:0" if self.device == "cuda" else "cpu"
+            else:
+                device = "its Ray actor's GPU" if share > 0 else "its Ray actor's CPU"
+            where.setdefault(device, []).append(pid)
+        return where
 
     def _devices(self) -> str:
         if not self.gpus:

@@ -33,6 +33,7 @@ from marl.agents.backends import (
 )
 from marl.agents.models import ModelSpec, load_model, with_lora
 from marl.config import Config, UpdateSettings
+from marl.errors import RunError
 from marl.runtime.learner import Learner, LearnerSettings
 from marl.runtime.policy_map import PolicyPlan, PolicySpec
 
@@ -210,6 +211,8 @@ class PolicyLearner:
             model, tokenizer = load_model(spec.model, device)
             if spec.lora is not None:
                 model = _with_adapter(model, spec, config.seed)
+        # where this policy trains: the device asked for, else where its (colocated) model is
+        self.device = torch.device(device) if device else next(model.parameters()).device
         self.model = model
         self.tokenizer = tokenizer
         self.activate()  # a shared peft model: only this policy's adapter requires gradients
@@ -223,6 +226,7 @@ class PolicyLearner:
         self.config = config
         self.version = 0
         self.window = (0.0, 0.0)  # wall-clock start and end of the last update
+        check_placement(self.learner, self.device, spec.id)
 
     def update(self, turns: Sequence[Any]) -> dict[str, float]:
         """One update on this policy's turns (the caller passes only its agents' turns)."""
@@ -294,6 +298,7 @@ class PolicyLearner:
             self.model.load_state_dict(state["weights"])
         self.learner.load_state_dict(state["learner"])
         self.version = int(state.get("version", 0))
+        check_placement(self.learner, self.device, self.spec.id)
 
     def info(self) -> dict[str, Any]:
         """Where this learner runs (process, device)."""
@@ -304,6 +309,45 @@ class PolicyLearner:
             "update_window": self.window,
             "version": self.version,
         }
+
+
+def learner_tensors(learner: Learner) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor a learner trains with: the model's trainable weights and
+    their gradients, the fp32 masters, the optimizer's state and the frozen reference."""
+    for name, p in learner.model.named_parameters():
+        if p.requires_grad:
+            yield f"weight {name}", p
+            if p.grad is not None:
+                yield f"gradient of {name}", p.grad
+    for i, master in enumerate(learner.masters.params):
+        yield f"master weight {i}", master
+    for i, state in enumerate(learner.optimizer.state.values()):
+        for key, value in state.items():
+            # AdamW's 0-dim step count may sit on the CPU by design
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                yield f"optimizer state {i}.{key}", value
+    if learner.reference is not None:
+        for name, p in learner.reference.named_parameters():
+            yield f"reference weight {name}", p
+
+
+def _same_device(tensor: torch.Tensor, device: torch.device) -> bool:
+    """Whether ``tensor`` lives on ``device`` (``cuda`` matches ``cuda:0``, ``cuda:1``, ...
+    only by type when no index was asked for)."""
+    if tensor.device.type != device.type:
+        return False
+    return device.index is None or tensor.device.index in (None, device.index)
+
+
+def check_placement(learner: Learner, device: torch.device, policy_id: str) -> None:
+    """Refuse a learner with a tensor off its policy's ``device``, in one line naming it."""
+    for name, tensor in learner_tensors(learner):
+        if not _same_device(tensor, device):
+            raise RunError(
+                f"policy {policy_id!r}: its learner's {name} is on {tensor.device}, but the "
+                f"policy trains on {device}; every weight, gradient, optimizer state and batch "
+                "of a learner lives on its policy's device"
+            )
 
 
 def rollout_learner(
@@ -322,7 +366,7 @@ def rollout_learner(
         with _adapter_seed(spec, config.seed):
             target.add_adapter(spec.adapter, None, config=peft_lora_config(spec.lora))
         model = target.model  # re-adding the only adapter re-wraps the base
-    return PolicyLearner(spec, config, model=model, tokenizer=target.tokenizer)
+    return PolicyLearner(spec, config, model=model, tokenizer=target.tokenizer, device=device)
 
 
 def _with_adapter(model: Any, spec: PolicySpec, seed: int) -> Any:

@@ -60,9 +60,13 @@ def test_the_demo_on_one_gpu_shares_it_between_its_two_adapters(no_gpu: None) ->
     _, _, machine = fit_machine(config, check_config(config), gpus=1, gpu_name="H100")
     assert machine.requests == {"speaker": 0.5, "listener": 0.5}
     assert machine.line().startswith("devices: 1 GPU (H100): 2 policies and the rollout share")
+    assert "; learners: listener, speaker on cuda:0; dtype" in machine.line()
     ray = load("demo", "ray=local", "warmup.steps=0")
     _, _, machine = fit_machine(ray, check_config(ray), gpus=1, gpu_name="H100")
     assert "2 policies share it (listener 0.5, speaker 0.5)" in machine.line()
+    assert "; learners: listener, speaker on its Ray actor's GPU; dtype" in machine.line()
+    _, _, machine = fit_machine(config, check_config(config), gpus=0)
+    assert "; learners: listener, speaker on cpu; dtype" in machine.line()
 
 
 def test_auto_dtype_follows_the_devices_bf16_and_is_written_everywhere(no_gpu: None) -> None:
@@ -146,7 +150,8 @@ def test_a_run_prints_its_devices_once_and_records_the_resolved_dtype(
     # The whole line, the CPU's name included as marl.runtime.machine reads it (names such as
     # "Intel(R) Xeon(R) Processor" hold parentheses of their own).
     assert lines == [
-        f"devices: CPU ({cpu_name()}); dtype float32 (auto: the tiny test model stays float32)"
+        f"devices: CPU ({cpu_name()}); learners: shared on cpu; dtype float32 (auto: the tiny "
+        "test model stays float32)"
     ]
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert saved["model"]["dtype"] == "float32"
