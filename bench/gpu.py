@@ -400,11 +400,14 @@ def generation(
     compile_decoding: bool = True,
     static: bool = True,
     decode: str | None = None,
+    profile: bool = False,
 ) -> tuple[dict[str, Any], list[list[Any]]]:
     """Our backend against transformers' static-cache ``generate`` at each of ``sizes`` rows,
     alternating, ``rounds`` timed rounds after one untimed call each (``static=False``: ours
-    alone; ``decode``: our backend's decoding loop, None for its default). Returns the figures
-    per size and the generations of our last call at the largest size (the update's turns)."""
+    alone; ``decode``: our backend's decoding loop, None for its default; ``profile``: one more
+    call of ours at the largest size under the profiler, in ``results["profile"]``). Returns the
+    figures per size and the generations of our last call at the largest size (the update's
+    turns)."""
     from marl.agents.backends.hf import HFBackend
     from marl.agents.models import load_model
 
@@ -430,6 +433,14 @@ def generation(
                 f"{m['static']:,.0f} tok/s",
                 flush=True,
             )
+    if profile:
+        from profiling import profile_call
+
+        count, n = layout(sizes[-1], len(prompts))
+        _, results["profile"] = profile_call(
+            lambda: contenders.run_ours(prompts[:count], n), device
+        )
+        results["profile"]["rows"] = sizes[-1]
     return results, contenders.last
 
 
@@ -624,10 +635,12 @@ def update(
     groups: Sequence[Sequence[Any]],
     rounds: int,
     device: str,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Time :meth:`PolicyLearner.update` of the config's first trainable policy on ``groups``
     (our generations) as turn records, ``rounds`` times (on CUDA after one untimed update on a
-    minibatch)."""
+    minibatch); ``profile``: one more update under the profiler, with where every tensor of
+    the learner and every batch lived, in ``["profile"]``."""
     from marl.config import load_config
     from marl.runtime.policies import PolicyLearner
     from marl.runtime.policy_map import plan_for
@@ -678,6 +691,13 @@ def update(
         "optimizer_steps": metrics.get("optimizer_steps"),
         **peak_memory(device),
     }
+    if profile:
+        from profiling import placement, profile_call, record_batch_devices
+
+        batches, stop = record_batch_devices(learner.model)
+        _, out["profile"] = profile_call(lambda: learner.update(turns), device)
+        stop()
+        out["profile"]["placement"] = placement(learner.learner, batches)
     return out
 
 
@@ -822,6 +842,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="keep the demo's influence re-simulation in the training steps",
     )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile one update and one rollout call (torch.profiler): <name>_profile.json",
+    )
     p.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts to leave out")
     p.add_argument(
         "--budget-s",
@@ -868,6 +893,7 @@ class Run:
 
     def __init__(self, args: argparse.Namespace, device: str, command: str) -> None:
         self.args, self.device = args, device
+        self.profiles: dict[str, Any] = {}  # --profile: by part, written beside the JSON
         self.began = time.perf_counter()
         self.state = machine()
         self.info = describe(device)
@@ -903,12 +929,23 @@ class Run:
         from common import RESULTS
 
         self.data["wall_s"] = self.elapsed()
-        text = json.dumps({"bench": self.args.name, **self.data}, indent=2, default=str) + "\n"
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / f"{self.args.name}.json").write_text(text)
-        if self.args.out:
-            Path(self.args.out).mkdir(parents=True, exist_ok=True)
-            (Path(self.args.out) / f"{self.args.name}.json").write_text(text)
+        profiles = {
+            part: self.data[part].pop("profile")
+            for part in ("generation", "update")
+            if isinstance(self.data.get(part), dict) and "profile" in self.data[part]
+        }
+        self.profiles.update(profiles)
+        files = {f"{self.args.name}.json": {"bench": self.args.name, **self.data}}
+        if self.profiles:  # beside the JSON: where one update's and one rollout's time went
+            files[f"{self.args.name}_profile.json"] = {
+                "bench": self.args.name,
+                "device": self.data.get("device"),
+                **self.profiles,
+            }
+        for folder in [RESULTS, *([Path(self.args.out)] if self.args.out else [])]:
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, payload in files.items():
+                (folder / name).write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
     def finish(self) -> None:
         """The table and the final JSON."""
@@ -975,6 +1012,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 compile_decoding=not args.no_compile,
                 static=generate,
                 decode=args.decode,
+                profile=args.profile and generate,
             )
             if not generate:
                 data.pop("generation")
@@ -984,7 +1022,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             cfg = compose(
                 [*base, "sampling.temperature=1.0", f"sampling.max_new_tokens={args.new_tokens}"]
             )
-            data["update"] = update(cfg, groups, args.update_rounds, device)
+            data["update"] = update(cfg, groups, args.update_rounds, device, args.profile)
             # the peak again, beside the update: the best of both (a busy CPU lowers one)
             again = {d: matmul_peak(device, d, args.matmul_size) for d in dtypes}
             data["matmul_peak_runs"] = {d: [peaks[d], again[d]] for d in dtypes}

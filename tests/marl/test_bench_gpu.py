@@ -129,3 +129,27 @@ def test_cpu_and_cuda_defaults():
     cuda = gpu.defaults(gpu.parse([]), "cuda")
     assert (cuda.rows, cuda.new_tokens, cuda.dtype, cuda.big, cuda.steps, cuda.name) == (
         [16, 64, 256], 64, "bfloat16", "32x8", 2, "gpu")
+
+
+def test_profile_writes_where_the_time_and_the_tensors_go(tmp_path, monkeypatch):
+    import common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    gpu.run([
+        "--device", "cpu", "--model", "tiny", "--rows", "4", "--prompts", "2",
+        "--prompt-tokens", "20", "--new-tokens", "3", "--rounds", "1", "--matmul-size", "64",
+        "--name", "tiny", "--profile", "--skip", "demo", "big",
+    ])
+    main = json.loads((tmp_path / "tiny.json").read_text())
+    assert "profile" not in main["update"] and "profile" not in main["generation"]
+    profile = json.loads((tmp_path / "tiny_profile.json").read_text())
+    for part in ("update", "generation"):
+        p = profile[part]
+        assert p["by_operator"] and p["by_operator"][0]["host_self_ms"] > 0
+        assert p["aten_ops"] >= p["aten_compute_ops"] > 0
+        assert p["kernel_launches"] is None  # a CPU launches no kernels
+        assert isinstance(p["synchronisations"], dict)
+    placed = profile["update"]["placement"]
+    assert placed["weight"] == {"cpu": placed["weight"]["cpu"]} and placed["weight"]["cpu"] > 0
+    assert set(placed["fp32 masters"]) == {"cpu"} and set(placed["batch"]) == {"cpu"}
+    assert profile["generation"]["rows"] == 4
