@@ -678,12 +678,14 @@ def _padded(
 
 def finite_flag(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """``()`` bool on the tensors' device: whether every floating-point element is finite, by
-    one sum per tensor (False also when a sum of finite values overflows; read it, then check
-    exactly). Nothing is read to the host."""
+    one fused norm over all of them (``torch._foreach_norm``: one kernel on a GPU, not one per
+    tensor). False also when a norm of finite values overflows: read it, then check exactly
+    (:func:`all_finite`). Nothing is read to the host."""
     floats = [t.detach() for t in tensors if t.is_floating_point() and t.numel()]
     if not floats:
         return torch.ones((), dtype=torch.bool, device="cpu")
-    return torch.isfinite(torch.stack([t.sum().float() for t in floats])).all()  # ()
+    norms = torch._foreach_norm(floats)  # one () norm per tensor; NaN/inf if any element is
+    return torch.isfinite(torch.stack(norms)).all()  # ()
 
 
 def all_finite(tensors: Sequence[torch.Tensor]) -> bool:
