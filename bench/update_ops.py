@@ -13,7 +13,7 @@ advantages +1, -1, ... (every turn trains), minibatches of 16 turns (the demo's)
 microbatching is the code's own:
 
 - this tree: ``algo.microbatch_tokens`` as on the GPU (``null``: sized from free memory; with
-  SmolLM2's real shape in bf16 on an 80 GB GPU that is 13,000+ positions, so each 16-turn
+  SmolLM2's real shape in bf16 on an 80 GB GPU that is 16,384 positions, so each 16-turn
   minibatch of about 1,400 packed positions is one row; ``--budget`` sets it), and the CPU
   demo's 1,024;
 - a tree before issue 37 (``microbatch_size``): the H100 review's setting, microbatches of 8
@@ -197,22 +197,14 @@ def main() -> None:
     records = turns()
     runs: dict[str, dict[str, Any]] = {}
     if "microbatch_tokens" in fields:
-        from marl.runtime.learner import activation_bytes_per_position
+        from marl.runtime.learner import microbatch_tokens_for
 
         if args.budget:
             budgets = {f"microbatch_tokens={b}": b for b in args.budget}
         else:
             # what null gives for SmolLM2's real shape in bf16 with 80 GB free (see docstring)
-            smol = type("Smol", (), {})()
-            smol.config = type(
-                "C",
-                (),
-                dict(
-                    hidden_size=576, num_hidden_layers=30, intermediate_size=1536, vocab_size=49152
-                ),
-            )()
-            smol.parameters = lambda: iter([torch.zeros(1, dtype=torch.bfloat16)])
-            on_gpu = min(32768, int(0.25 * 80e9) // activation_bytes_per_position(smol))
+            per_position = 30 * (6 * 576 + 2 * 1536) * 2 + 3 * 49152 * 4
+            on_gpu = microbatch_tokens_for(int(80e9), per_position, "cuda")
             budgets = {
                 f"microbatch_tokens=null on an 80 GB GPU ({on_gpu})": on_gpu,
                 "microbatch_tokens=1024 (the CPU demo)": 1024,

@@ -185,3 +185,25 @@ def test_the_reference_runs_once_per_update_whatever_the_epochs() -> None:
 def test_a_bad_microbatch_budget_names_the_key() -> None:
     with pytest.raises(ConfigError, match="algo.microbatch_tokens"):
         load_config({"algo": {"microbatch_tokens": 0}})
+
+
+def test_a_null_budget_is_sized_from_free_memory_in_powers_of_two() -> None:
+    from marl.runtime.learner import (
+        MAX_MICROBATCH_TOKENS,
+        MIN_MICROBATCH_TOKENS,
+        default_microbatch_tokens,
+        microbatch_tokens_for,
+    )
+
+    mb = 1 << 20
+    assert microbatch_tokens_for(80 << 30, mb, "cuda") == 16384  # a quarter of 80 GiB
+    assert microbatch_tokens_for(20 << 30, mb, "cpu") == 1024  # a CPU shares its RAM: 5%
+    # a little more or less free memory gives the same budget (a resumed run's microbatches)
+    assert microbatch_tokens_for(int(20.5 * (1 << 30)), mb, "cpu") == 1024
+    assert microbatch_tokens_for(1 << 20, mb, "cuda") == MIN_MICROBATCH_TOKENS
+    assert microbatch_tokens_for(1 << 50, mb, "cuda") == MAX_MICROBATCH_TOKENS
+    model, _ = load_model(ModelSpec(kind="tiny"))
+    budget = default_microbatch_tokens(model)
+    assert budget & (budget - 1) == 0 and MIN_MICROBATCH_TOKENS <= budget
+    assert Learner(model, LearnerSettings()).microbatch_tokens == budget
+    assert Learner(model, LearnerSettings(microbatch_tokens=300)).microbatch_tokens == 300
