@@ -462,7 +462,11 @@ class RayConfig:
     num_cpus, num_gpus:  the local cluster's logical CPUs / GPUs (null = detected; logical GPUs
                          on a CPU machine are for testing placement).
     num_rollout_workers: rollout worker actors; each plays whole GRPO groups.
-    worker_num_cpus, worker_num_gpus: each rollout worker's request (a GPU for vLLM).
+    worker_num_cpus, worker_num_gpus: each rollout worker's request. ``worker_num_gpus: null``
+                         (the default) packs the workers onto the GPUs there are together with
+                         the learners whose ``num_gpus`` is null, every actor an equal share
+                         (``marl.runtime.policy_map.packed_shares``; none without GPUs); a number
+                         is taken as written (1 for a vLLM worker of its own).
     learner_num_cpus:    each learner's CPUs (its GPUs come from ``policies.<id>.num_gpus``).
     placement_strategy:  how the learners' placement group spreads them over nodes.
     placement_timeout_s: fail (naming the policies) if the learners cannot be placed by then.
@@ -475,7 +479,7 @@ class RayConfig:
     num_gpus: int | None = None
     num_rollout_workers: int = 1
     worker_num_cpus: float = 1.0
-    worker_num_gpus: float = 0.0
+    worker_num_gpus: float | None = None
     learner_num_cpus: float = 1.0
     placement_strategy: str = "PACK"
     placement_timeout_s: float = 120.0
@@ -489,7 +493,8 @@ class RayConfig:
         )
         _positive("ray.num_rollout_workers", self.num_rollout_workers)
         _positive("ray.worker_num_cpus", self.worker_num_cpus, allow_zero=True)
-        _positive("ray.worker_num_gpus", self.worker_num_gpus, allow_zero=True)
+        if self.worker_num_gpus is not None:
+            _positive("ray.worker_num_gpus", self.worker_num_gpus, allow_zero=True)
         _positive("ray.learner_num_cpus", self.learner_num_cpus)
         _positive("ray.placement_timeout_s", self.placement_timeout_s)
         _positive("ray.max_worker_restarts", self.max_worker_restarts, allow_zero=True)

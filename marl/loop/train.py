@@ -36,7 +36,7 @@ from marl.loop.timing import StepTimer
 from marl.runtime.checkpoint import check_resume, check_weights, load_checkpoint, save_checkpoint
 from marl.runtime.local import Runtime, make_runtime
 from marl.runtime.machine import fit_machine, local_gpu_count, memory_metrics
-from marl.runtime.policy_map import PolicyPlan, assign_gpus, plan_for
+from marl.runtime.policy_map import PolicyPlan, assign_gpus, assign_shares, plan_for
 from marl.runtime.rollout import RolloutResult
 from marl.runtime.seeding import rng_states, seed_everything, set_rng_states
 from marl.runtime.workers import step_seeds
@@ -78,7 +78,7 @@ def check_config(config: Config) -> PolicyPlan | None:
         assign_gpus(plan, local_gpu_count(), source="torch.cuda.device_count()")
     elif not r.address and r.num_gpus is not None:
         workers = min(r.num_rollout_workers, config.train.seeds_per_step)
-        assign_gpus(plan, r.num_gpus, source="ray.num_gpus", reserved=workers * r.worker_num_gpus)
+        assign_shares(plan, r.num_gpus, None, "ray.num_gpus", workers, r.worker_num_gpus)
     return plan
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from marl.agents.models import ModelSpec
 from marl.config import Config, PolicyConfig
-from marl.runtime.policy_map import PolicyPlan, gpu_requests
+from marl.runtime.policy_map import PolicyPlan, gpu_requests, packed_shares
 
 __all__ = [
     "Machine",
@@ -115,6 +115,7 @@ class Machine:
     reason:    why ``auto`` chose it ("" when the config named the dtype).
     warning:   one line when the config's explicit dtype is slow on this device, else "".
     one_process: the run keeps its rollout and learners in this process (``ray.enabled=false``).
+    workers:   rollout worker actors (Ray), and ``worker_gpus`` the GPUs each one takes.
     """
 
     gpus: int
@@ -125,6 +126,8 @@ class Machine:
     reason: str = ""
     warning: str = ""
     one_process: bool = True
+    workers: int = 0
+    worker_gpus: float = 0.0
 
     def line(self) -> str:
         """The one line a run prints about where it runs: the devices, where each learner
@@ -160,9 +163,13 @@ class Machine:
         if self.one_process:  # the rollout and every learner in this process, on one device
             spread = " (ray=local places each learner on its own)" if self.gpus > 1 else ""
             return f"{gpus}: {policies} and the rollout share cuda:0{spread}"
+        workers = ""
+        if self.worker_gpus > 0:
+            w = self.workers
+            workers = f", and {w} rollout worker{'s' if w > 1 else ''} {self.worker_gpus:g} each"
         if n > 1 and all(g >= 1 for g in on_gpu.values()):
-            return f"{gpus}: {policies}, one GPU each ({shares})"
-        return f"{gpus}: {policies} share {'them' if self.gpus > 1 else 'it'} ({shares})"
+            return f"{gpus}: {policies}, one GPU each ({shares}){workers}"
+        return f"{gpus}: {policies} share {'them' if self.gpus > 1 else 'it'} ({shares}){workers}"
 
 
 def fit_machine(
@@ -175,7 +182,12 @@ def fit_machine(
         declared = config.ray.enabled and config.ray.num_gpus is not None and not config.ray.address
         gpus = int(config.ray.num_gpus) if declared else local_gpu_count()  # type: ignore[arg-type]
     gpu_name = gpu_name if gpu_name is not None else (local_gpu_name() or "CUDA")
-    requests = gpu_requests(plan, gpus) if plan is not None else {}
+    workers, worker_gpus = 0, 0.0
+    if config.ray.enabled:  # rollout workers are actors too: null packs them with the learners
+        workers = min(config.ray.num_rollout_workers, config.train.seeds_per_step)
+        requests, worker_gpus = packed_shares(plan, gpus, workers, config.ray.worker_num_gpus)
+    else:
+        requests = gpu_requests(plan, gpus) if plan is not None else {}
     device = one_process_device(requests, gpus) if plan is not None else ("cuda" if gpus else "cpu")
     chosen, reason, warning = _dtype_for(config.model, device)
     config = _with_dtypes(config, device)
@@ -186,7 +198,18 @@ def fit_machine(
         }
         plan = replace(plan, policies=specs)
     name = gpu_name if gpus else ""
-    machine = Machine(gpus, name, requests, device, chosen, reason, warning, not config.ray.enabled)
+    machine = Machine(
+        gpus,
+        name,
+        requests,
+        device,
+        chosen,
+        reason,
+        warning,
+        not config.ray.enabled,
+        workers,
+        worker_gpus,
+    )
     return config, plan, machine
 
 

@@ -262,6 +262,41 @@ def _packed_share(policies: int, left: float) -> float:
     return left / policies  # what remains of one partly used GPU
 
 
+def packed_shares(
+    plan: PolicyPlan | None, total: float, workers: int, worker_request: float | None
+) -> tuple[dict[str, float], float]:
+    """The learners' GPU requests and each of ``workers`` rollout workers' GPUs, out of
+    ``total``. ``worker_request`` (``ray.worker_num_gpus``) as written, the learners packed onto
+    what is left (:func:`gpu_requests`); ``None`` packs the workers with the learners whose
+    ``num_gpus`` is null, every one an equal share (``1 / k`` of a GPU, as there). No GPUs:
+    none."""
+    if worker_request is not None or total <= 0:
+        per_worker = worker_request or 0.0
+        requests = gpu_requests(plan, total, workers * per_worker) if plan is not None else {}
+        return requests, per_worker
+    asked = {}
+    if plan is not None:
+        asked = {pid: spec.num_gpus for pid, spec in plan.policies.items() if spec.trainable}
+    packed = [pid for pid, gpus in asked.items() if gpus is None]
+    left = total - sum(g for g in asked.values() if g is not None)
+    share = _packed_share(len(packed) + workers, left)
+    return {pid: (share if gpus is None else gpus) for pid, gpus in asked.items()}, share
+
+
+def assign_shares(
+    plan: PolicyPlan | None,
+    total: float,
+    largest_node: float | None = None,
+    source: str = "this machine",
+    workers: int = 0,
+    worker_request: float | None = 0.0,
+) -> tuple[dict[str, float], float]:
+    """:func:`packed_shares`, checked against ``total`` GPUs as :func:`assign_gpus` checks."""
+    requests, per_worker = packed_shares(plan, total, workers, worker_request)
+    _check_requests(requests, total, largest_node, source, workers * per_worker)
+    return requests, per_worker
+
+
 def assign_gpus(
     plan: PolicyPlan,
     total: float,
@@ -273,6 +308,18 @@ def assign_gpus(
     on one node); ``reserved`` GPUs are taken by other actors. Raises ConfigError naming the
     policies whose request cannot be met."""
     requests = gpu_requests(plan, total, reserved)
+    _check_requests(requests, total, largest_node, source, reserved)
+    return requests
+
+
+def _check_requests(
+    requests: dict[str, float],
+    total: float,
+    largest_node: float | None,
+    source: str,
+    reserved: float,
+) -> None:
+    """Raise ConfigError naming the policies whose GPU request cannot be met."""
     largest = total if largest_node is None else largest_node
     for pid, gpus in requests.items():
         if gpus > largest:
@@ -286,7 +333,7 @@ def assign_gpus(
         keys = ", ".join(f"policies.{pid}.num_gpus" for pid, g in requests.items() if g)
         extra = f" + {reserved:g} for rollout workers (ray.worker_num_gpus)" if reserved else ""
         raise ConfigError(
-            f"{keys}: the learners ask for {needed:g} GPU(s) ({asked}{extra}) but {source} has "
-            f"{total:g}; lower the requests (fractions share a GPU, 0 = CPU)"
+            f"{keys or 'ray.worker_num_gpus'}: the learners ask for {needed:g} GPU(s) "
+            f"({asked or 'none'}{extra}) but {source} has {total:g}; lower the requests "
+            "(fractions share a GPU, 0 = CPU)"
         )
-    return requests

@@ -50,7 +50,7 @@ from marl.config import Config, ConfigError, RayConfig
 from marl.credit import CreditResult
 from marl.errors import RunError, remote_cause
 from marl.runtime.policies import PolicyLearner
-from marl.runtime.policy_map import PolicyPlan, assign_gpus
+from marl.runtime.policy_map import PolicyPlan, assign_shares
 from marl.runtime.ray_join import join_failure, probe
 from marl.runtime.resimulation import merge_credit
 from marl.runtime.rollout import RolloutResult
@@ -233,23 +233,26 @@ def suggest_fit(
     settings: RayConfig,
     n_workers: int,
     nodes: Sequence[Resources],
+    worker_gpus: float | None = None,
 ) -> dict[str, float] | None:
-    """Overrides of ``ray.*`` CPU requests under which the run fits ``nodes``, or ``None``.
+    """Overrides of ``ray.*`` CPU requests under which the run fits ``nodes``, or ``None``
+    (``worker_gpus``: each worker's GPUs, resolved; default ``ray.worker_num_gpus`` or 0).
 
     Keeps as many rollout workers as possible (down to one), then the largest learner CPUs,
     then the largest worker CPUs; only the keys that change are returned. GPU requests are
-    left alone (:func:`marl.runtime.policy_map.assign_gpus` has checked them). With one learner per
-    trainable policy, this finds a fit for every sharing mode whenever the CPUs can hold one:
-    4 independent learners on a 2-CPU head get ``ray.learner_num_cpus=0.25``.
+    left alone (:func:`marl.runtime.policy_map.assign_shares` has checked them). With one
+    learner per trainable policy, this finds a fit for every sharing mode whenever the CPUs can
+    hold one: 4 independent learners on a 2-CPU head get ``ray.learner_num_cpus=0.25``.
     """
     s = settings
+    worker_gpus = (s.worker_num_gpus or 0.0) if worker_gpus is None else worker_gpus
     lcpus = sorted({c for c in (s.learner_num_cpus, *_LEARNER_CPUS) if c <= s.learner_num_cpus})
     wcpus = sorted({c for c in (s.worker_num_cpus, *_WORKER_CPUS) if c <= s.worker_num_cpus})
     for count in range(n_workers, 0, -1):
         for lcpu in reversed(lcpus):
             bundles = [{**b, "CPU": lcpu} for b in learners]
             for wcpu in reversed(wcpus):
-                worker = {"CPU": wcpu, "GPU": s.worker_num_gpus}
+                worker = {"CPU": wcpu, "GPU": worker_gpus}
                 if can_place(bundles, s.placement_strategy, [worker] * count, nodes):
                     fix = {
                         "ray.learner_num_cpus": (lcpu, s.learner_num_cpus),
@@ -281,13 +284,15 @@ class RayRuntime:
         self._pg = None
         self._weights: dict[str, Any] = {}  # policy id -> object ref of its newest weights
         s = self.settings
-        reserved = self._workers_wanted() * s.worker_num_gpus
+        self.worker_gpus = s.worker_num_gpus or 0.0  # each rollout worker's; _start packs null
         declared = s.num_gpus is not None and not s.address and not ray.is_initialized()
-        if plan is not None and declared:  # checked before Ray starts
-            assign_gpus(plan, s.num_gpus, source="ray.num_gpus", reserved=reserved)
+        if declared:  # checked before Ray starts
+            assign_shares(
+                plan, s.num_gpus, None, "ray.num_gpus", self._workers_wanted(), s.worker_num_gpus
+            )
         self._started = connect(s)
         try:
-            self._start(reserved)
+            self._start()
         except BaseException:
             self.close()
             raise
@@ -297,12 +302,13 @@ class RayRuntime:
     def _workers_wanted(self) -> int:
         return min(self.settings.num_rollout_workers, self.config.train.seeds_per_step)
 
-    def _start(self, reserved: float) -> None:
+    def _start(self) -> None:
         s, plan = self.settings, self.plan
         total, largest = cluster_gpus()
         source = f"the Ray cluster at {s.address}" if s.address else "the Ray cluster"
-        if plan is not None:
-            self.requests = assign_gpus(plan, total, largest, source=source, reserved=reserved)
+        self.requests, self.worker_gpus = assign_shares(
+            plan, total, largest, source, self._workers_wanted(), s.worker_num_gpus
+        )
         self._check_fits(source)
         if plan is not None:
             self._place_learners()
@@ -327,11 +333,11 @@ class RayRuntime:
         s = self.settings
         learners = self._learner_bundles()
         n_workers = self._workers_wanted()
-        worker = {"CPU": s.worker_num_cpus, "GPU": s.worker_num_gpus}
+        worker = {"CPU": s.worker_num_cpus, "GPU": self.worker_gpus}
         nodes = cluster_nodes()
         if can_place(learners, s.placement_strategy, [worker] * n_workers, nodes) is not False:
             return
-        gpus = sum(b.get("GPU", 0.0) for b in learners) + n_workers * s.worker_num_gpus
+        gpus = sum(b.get("GPU", 0.0) for b in learners) + n_workers * self.worker_gpus
         cpus = len(learners) * s.learner_num_cpus + n_workers * s.worker_num_cpus
         seeds = self.config.train.seeds_per_step
         capped = (
@@ -341,7 +347,7 @@ class RayRuntime:
             else " (ray.num_rollout_workers)"
         )
         sharing = f", sharing={self.config.sharing}" if self.plan is not None else ""
-        fix = suggest_fit(learners, s, n_workers, nodes)
+        fix = suggest_fit(learners, s, n_workers, nodes, self.worker_gpus)
         hint = (
             "this would fit: " + " ".join(f"{k}={v:g}" for k, v in fix.items())
             if fix
@@ -351,7 +357,7 @@ class RayRuntime:
             f"ray: the run can never be placed on {source}: {len(learners)} learner(s) x "
             f"{s.learner_num_cpus:g} CPU (ray.learner_num_cpus, one per trainable policy"
             f"{sharing}, ray.placement_strategy={s.placement_strategy}) + {n_workers} rollout "
-            f"worker(s){capped} x {s.worker_num_cpus:g} CPU, {s.worker_num_gpus:g} GPU "
+            f"worker(s){capped} x {s.worker_num_cpus:g} CPU, {self.worker_gpus:g} GPU "
             f"(ray.worker_num_cpus, ray.worker_num_gpus) ask {cpus:g} CPUs and {gpus:g} GPUs, but "
             f"its {len(nodes)} node(s) have CPUs {[n['CPU'] for n in nodes]} and GPUs "
             f"{[n['GPU'] for n in nodes]}; {hint}"
@@ -392,7 +398,7 @@ class RayRuntime:
         threads, runtime_env = _actor_options(self.config.runtime.threads, s.worker_num_cpus)
         return _WorkerRemote.options(
             num_cpus=s.worker_num_cpus,
-            num_gpus=s.worker_num_gpus,
+            num_gpus=self.worker_gpus,
             max_restarts=0,
             runtime_env=runtime_env,
         ).remote(self.config, self.plan, index, threads)

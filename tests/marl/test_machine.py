@@ -63,8 +63,14 @@ def test_the_demo_on_one_gpu_shares_it_between_its_two_adapters(no_gpu: None) ->
     assert "; learners: listener, speaker on cuda:0; dtype" in machine.line()
     ray = load("demo", "ray=local", "warmup.steps=0")
     _, _, machine = fit_machine(ray, check_config(ray), gpus=1, gpu_name="H100")
-    assert "2 policies share it (listener 0.5, speaker 0.5)" in machine.line()
+    # under Ray the 2 rollout workers are actors too: 4 equal shares of the one GPU
+    assert "2 policies share it (listener 0.25, speaker 0.25), and 2 rollout workers 0.25 each" in (
+        machine.line()
+    )
     assert "; learners: listener, speaker on its Ray actor's GPU; dtype" in machine.line()
+    own = load("demo", "ray=local", "warmup.steps=0", "ray.worker_num_gpus=0")
+    _, _, machine = fit_machine(own, check_config(own), gpus=1, gpu_name="H100")
+    assert "2 policies share it (listener 0.5, speaker 0.5);" in machine.line()
     _, _, machine = fit_machine(config, check_config(config), gpus=0)
     assert "; learners: listener, speaker on cpu; dtype" in machine.line()
 

@@ -446,3 +446,22 @@ def test_lora_agents_on_one_base_generate_in_one_call_with_their_own_adapters() 
     assert len(calls) == len(requests)
     # the adapters really differ: one prompt, four agents, more than one answer
     assert len({tuple(together[k][0].response_ids) for k in range(len(AGENTS))}) > 1
+
+
+def test_rollout_workers_pack_onto_the_gpus_with_the_learners() -> None:
+    from marl.runtime.policy_map import assign_shares, packed_shares
+
+    plan = _plan(sharing="independent")  # 4 learners, num_gpus null
+    assert packed_shares(plan, 0, 2, None) == ({a: 0.0 for a in AGENTS}, 0.0)
+    requests, per_worker = packed_shares(plan, 1, 2, None)  # 6 actors on one GPU
+    assert per_worker == pytest.approx(1 / 6) and set(requests.values()) == {per_worker}
+    requests, per_worker = packed_shares(plan, 8, 2, None)  # enough: one each
+    assert per_worker == 1.0 and set(requests.values()) == {1.0}
+    requests, per_worker = packed_shares(plan, 2, 2, None)  # 6 on 2: thirds, none spans two
+    assert per_worker == pytest.approx(1 / 3) and sum(requests.values()) + 2 / 3 <= 2 + 1e-9
+    # an explicit worker request stays as written; the learners pack onto the rest
+    requests, per_worker = packed_shares(plan, 3, 2, 1.0)
+    assert per_worker == 1.0 and sum(requests.values()) == pytest.approx(1.0)
+    assert packed_shares(None, 1, 3, None) == ({}, pytest.approx(1 / 3))  # scripted: workers only
+    with pytest.raises(ConfigError, match="ray.worker_num_gpus"):
+        assign_shares(plan, 1, workers=2, worker_request=1.0, source="ray.num_gpus")
