@@ -28,8 +28,10 @@ most of the time. :class:`StaticDecoder` decodes with every tensor fixed for the
 **Adapters.** peft's per-row ``adapter_names`` path groups rows by name in Python and indexes
 with Python lists (host-to-device copies), which a graph cannot capture. A call whose rows all
 use one adapter (or the base model) is captured with that adapter made the only active one
-(:func:`only_adapter`); a call mixing adapters runs the same fixed-shape step eagerly, with
-``adapter_names``.
+(:func:`only_adapter`); a call mixing adapters is captured with every row routed to its own
+adapter through stacked weights and a per-row index buffer
+(:class:`marl.agents.mixed_lora.MixedAdapters`, BGMV-like); an adapter kind that routing does
+not cover runs the same fixed-shape step eagerly, with ``adapter_names``.
 
 On a CPU the same step runs eagerly, on the prefill's own buffers (no padding, no copy). The
 backend keeps transformers' ``generate`` as the CPU default unless told otherwise
@@ -170,6 +172,7 @@ class StaticDecoder:
         self.filled = 0  # host side: positions filled before the current step (trim)
         self.model_kwargs: dict[str, Any] = {}  # per call: peft's adapter_names when eager
         self.graphs: dict[Any, torch.cuda.CUDAGraph] = {}  # per (adapter, sampling) key
+        self.mixed: dict[tuple[str, ...], Any] = {}  # MixedAdapters a graph reads, per set
         self.pool: Any = None  # the graphs' shared memory pool (they never run at once)
 
     def load(

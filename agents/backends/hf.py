@@ -66,6 +66,7 @@ from marl.agents.logprobs import (
     common_prefix_length,
     output_cache,
 )
+from marl.agents.mixed_lora import MixedAdapters, supports
 from marl.agents.models import (
     ModelSpec,
     contiguous_head_input,
@@ -274,28 +275,56 @@ class HFBackend:
             decoder.load(None, attention, last, *how, row_names)
             return decoder.run(steps, r)
         decoder = self._cached_decoder(prefill, r, width - 1 + steps)
-        one = row_names is None or len(set(row_names)) == 1
-        if path == "graph" and one and not self.graph_error:
-            adapter = row_names[0] if row_names else None
-            key = (adapter, sampling.temperature, sampling.top_p)
-            with only_adapter(self.model, adapter, BASE_ADAPTER):
-                if key not in decoder.graphs:
-                    decoder.load(prefill, attention, last, *how)
-                    try:
-                        decoder.capture(key)
-                    except RuntimeError as err:  # CUDA refused the capture: decode eagerly
-                        self.graph_error = f"{type(err).__name__}: {err}"
-                        warnings.warn(
-                            f"HFBackend: CUDA graph capture failed, decoding eagerly from now "
-                            f"on ({self.graph_error})",
-                            RuntimeWarning,
-                            stacklevel=2,
-                        )
-                if key in decoder.graphs:
-                    decoder.load(prefill, attention, last, *how)
-                    return decoder.run(steps, r, decoder.graphs[key])
+        if path == "graph" and not self.graph_error:
+            routed = self._graph_routing(decoder, row_names)
+            if routed is not None:
+                route, context = routed
+                key = (route, sampling.temperature, sampling.top_p)
+                with context:
+                    if key not in decoder.graphs:
+                        decoder.load(prefill, attention, last, *how)
+                        self._capture(decoder, key)
+                    if key in decoder.graphs:
+                        decoder.load(prefill, attention, last, *how)
+                        return decoder.run(steps, r, decoder.graphs[key])
         decoder.load(prefill, attention, last, *how, row_names)
         return decoder.run(steps, r)
+
+    def _graph_routing(
+        self, decoder: StaticDecoder, row_names: list[str] | None
+    ) -> tuple[Any, Any] | None:
+        """How a graph routes the call's rows to adapters: (the graph key's route, the context
+        to capture and replay in), or None when no graph can (an adapter kind the stacked
+        routing does not cover). One adapter for every row: made the only active one. Mixed
+        adapters: :class:`~marl.agents.mixed_lora.MixedAdapters`, one per decoder and set of
+        adapters (its buffers are what the graph reads), refreshed from the live weights and
+        loaded with this call's rows."""
+        if row_names is None or len(set(row_names)) == 1:
+            adapter = row_names[0] if row_names else None
+            return adapter, only_adapter(self.model, adapter, BASE_ADAPTER)
+        names = tuple(sorted({n for n in row_names if n not in (None, BASE_ADAPTER)}))
+        mixed = decoder.mixed.get(names)
+        if mixed is None:
+            if not supports(self.model, names):
+                return None
+            mixed = decoder.mixed[names] = MixedAdapters(self.model, names, decoder.rows)
+        mixed.refresh()
+        mixed.load(row_names)
+        return ("mixed", names), mixed.active()
+
+    def _capture(self, decoder: StaticDecoder, key: Any) -> None:
+        """Capture ``decoder``'s step for ``key``; a capture CUDA refuses makes this backend
+        warn once and decode eagerly from then on."""
+        try:
+            decoder.capture(key)
+        except RuntimeError as err:
+            self.graph_error = f"{type(err).__name__}: {err}"
+            warnings.warn(
+                f"HFBackend: CUDA graph capture failed, decoding eagerly from now "
+                f"on ({self.graph_error})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def _fixed_shapes(self) -> bool:
         """Decode in bucketed shapes that a CUDA graph can replay (on CUDA, or when a test

@@ -292,13 +292,18 @@ def test_capture_and_replay_logic_with_fake_graphs(monkeypatch: pytest.MonkeyPat
                     torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-5, rtol=0
                 )
     # one decoder (8 rows, 64 positions) for every call, with a graph for greedy under the
-    # base model, then T=1 under lora0 and under the base model; the mixed call ran eagerly;
-    # every later call replayed
+    # base model, then T=1 under lora0, under the base model, and mixed (lora0 and the base
+    # routed per row by the stacked adapters); every later call replayed
     graphs = {key: list(d.graphs) for key, d in graph._decoders.items()}
     assert graphs == {
-        (8, 64): [(BASE_ADAPTER, 0.0, 1.0), ("lora0", 1.0, 1.0), (BASE_ADAPTER, 1.0, 1.0)],
+        (8, 64): [
+            (BASE_ADAPTER, 0.0, 1.0),
+            ("lora0", 1.0, 1.0),
+            (BASE_ADAPTER, 1.0, 1.0),
+            (("mixed", ("lora0",)), 1.0, 1.0),
+        ],
     }
-    assert len(fakes.captures) == 3
+    assert len(fakes.captures) == 4
     assert graph.graph_error is None
 
 
