@@ -990,8 +990,6 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             *args.overrides,
         ]
         base += gpu_share(compose(base), device)
-        if device == "cuda":  # the demo's 1,024 is sized for a CPU's memory; a GPU sizes its own
-            base.append("algo.microbatch_tokens=null")
         data["train_overrides"] = base
 
         print(f"== matmul peak (at {bench.elapsed():.0f} s)", flush=True)

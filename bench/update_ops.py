@@ -14,8 +14,8 @@ microbatching is the code's own:
 
 - this tree: ``algo.microbatch_tokens`` as on the GPU (``null``: sized from free memory; with
   SmolLM2's real shape in bf16 on an 80 GB GPU that is 16,384 positions, so each 16-turn
-  minibatch of about 1,400 packed positions is one row; ``--budget`` sets it), and the CPU
-  demo's 1,024;
+  minibatch of about 1,400 packed positions is one row; ``--budget`` sets it), and 1,024 (what
+  ``null`` gives the demo on a 24 GB CPU machine in bf16);
 - a tree before issue 37 (``microbatch_size``): the H100 review's setting, microbatches of 8
   turns (``--microbatch-size``).
 
@@ -207,7 +207,7 @@ def main() -> None:
             on_gpu = microbatch_tokens_for(int(80e9), per_position, "cuda")
             budgets = {
                 f"microbatch_tokens=null on an 80 GB GPU ({on_gpu})": on_gpu,
-                "microbatch_tokens=1024 (the CPU demo)": 1024,
+                "microbatch_tokens=1024 (the demo on a 24 GB CPU, bf16)": 1024,
             }
         settings = {k: {"microbatch_tokens": v} for k, v in budgets.items()}
     else:

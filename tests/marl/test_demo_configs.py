@@ -29,7 +29,7 @@ def test_make_run_trains_one_adapter_per_agent_over_one_frozen_base() -> None:
     assert all(s.lora is not None and s.lora.r == 16 and s.trainable for s in specs)
     assert {s.adapter for s in specs} == {"speaker_adapter", "listener_adapter"}
     assert len({s.base_key for s in specs}) == 1  # one base model under both adapters
-    assert config.algo.microbatch_tokens == 1024 and config.warmup.agents == ["listener"]
+    assert config.algo.microbatch_tokens is None and config.warmup.agents == ["listener"]
 
 
 def test_demo_full_is_the_same_job_with_a_full_model_per_agent() -> None:
