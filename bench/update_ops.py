@@ -13,9 +13,9 @@ advantages +1, -1, ... (every turn trains), minibatches of 16 turns (the demo's)
 microbatching is the code's own:
 
 - this tree: ``algo.microbatch_tokens`` as on the GPU (``null``: sized from free memory; with
-  SmolLM2's real shape in bf16 on an 80 GB GPU that is 16,384 positions, so each 16-turn
-  minibatch of about 1,400 packed positions is one row; ``--budget`` sets it), and 1,024 (what
-  ``null`` gives the demo on a 24 GB CPU machine in bf16);
+  SmolLM2's real shape in bf16, adapters in fp32, on an 80 GB GPU that is 8,192 positions, so
+  each 16-turn minibatch of about 1,400 packed positions is one row; ``--budget`` sets it), and
+  512 (what ``null`` gives the demo on a 24 GB CPU machine);
 - a tree before issue 37 (``microbatch_size``): the H100 review's setting, microbatches of 8
   turns (``--microbatch-size``).
 
@@ -203,11 +203,11 @@ def main() -> None:
             budgets = {f"microbatch_tokens={b}": b for b in args.budget}
         else:
             # what null gives for SmolLM2's real shape in bf16 with 80 GB free (see docstring)
-            per_position = 30 * (6 * 576 + 2 * 1536) * 2 + 3 * 49152 * 4
+            per_position = 30 * (10 * 576 + 4 * 1536) * 2 + 30 * 4992 * 4 + 3 * 49152 * 4
             on_gpu = microbatch_tokens_for(int(80e9), per_position, "cuda")
             budgets = {
                 f"microbatch_tokens=null on an 80 GB GPU ({on_gpu})": on_gpu,
-                "microbatch_tokens=1024 (the demo on a 24 GB CPU, bf16)": 1024,
+                "microbatch_tokens=512 (the demo on a 24 GB CPU)": 512,
             }
         settings = {k: {"microbatch_tokens": v} for k, v in budgets.items()}
     else:
