@@ -604,6 +604,13 @@ class Config:
         _check_finite("", self)  # every number the checks above do not range-check
 
 
+# keys a release replaced: a config that still names one is told what to write instead
+RENAMED_KEYS = {
+    "algo.microbatch_size": "algo.microbatch_tokens (since issue 37: a budget of packed "
+    "positions per forward pass, not a count of turns; null sizes it from free memory)",
+}
+
+
 def load_config(cfg: DictConfig | dict) -> Config:
     """Merge a composed Hydra config into the schema and validate it; raises ConfigError."""
     if isinstance(cfg, DictConfig):
@@ -619,4 +626,6 @@ def load_config(cfg: DictConfig | dict) -> Config:
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None)
         reason = str(exc).splitlines()[0]
+        if key in RENAMED_KEYS:
+            reason = f"{reason}; it was replaced by {RENAMED_KEYS[key]}"
         raise ConfigError(f"{key}: {reason}" if key else reason) from None

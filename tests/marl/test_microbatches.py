@@ -207,3 +207,9 @@ def test_a_null_budget_is_sized_from_free_memory_in_powers_of_two() -> None:
     assert budget & (budget - 1) == 0 and MIN_MICROBATCH_TOKENS <= budget
     assert Learner(model, LearnerSettings()).microbatch_tokens == budget
     assert Learner(model, LearnerSettings(microbatch_tokens=300)).microbatch_tokens == 300
+
+
+def test_the_old_microbatch_key_says_what_replaced_it() -> None:
+    replaced = "algo.microbatch_size: .* replaced by algo.microbatch_tokens"
+    with pytest.raises(ConfigError, match=replaced):
+        load_config({"algo": {"microbatch_size": 4}})
