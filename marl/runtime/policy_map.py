@@ -268,15 +268,14 @@ def packed_shares(
     """The learners' GPU requests and each of ``workers`` rollout workers' GPUs, out of
     ``total``. ``worker_request`` (``ray.worker_num_gpus``) as written, the learners packed onto
     what is left (:func:`gpu_requests`); ``None`` packs the workers with the learners whose
-    ``num_gpus`` is null, every one an equal share (``1 / k`` of a GPU, as there). No GPUs:
-    none."""
+    ``num_gpus`` is null, every one an equal share (``1 / k`` of a GPU, as there). No GPUs, or
+    no model (scripted agents, ``plan`` None): none."""
+    if plan is None:  # scripted agents: no model, so no GPU for anyone unless asked
+        return {}, worker_request or 0.0
     if worker_request is not None or total <= 0:
         per_worker = worker_request or 0.0
-        requests = gpu_requests(plan, total, workers * per_worker) if plan is not None else {}
-        return requests, per_worker
-    asked = {}
-    if plan is not None:
-        asked = {pid: spec.num_gpus for pid, spec in plan.policies.items() if spec.trainable}
+        return gpu_requests(plan, total, workers * per_worker), per_worker
+    asked = {pid: spec.num_gpus for pid, spec in plan.policies.items() if spec.trainable}
     packed = [pid for pid, gpus in asked.items() if gpus is None]
     left = total - sum(g for g in asked.values() if g is not None)
     share = _packed_share(len(packed) + workers, left)

@@ -462,6 +462,6 @@ def test_rollout_workers_pack_onto_the_gpus_with_the_learners() -> None:
     # an explicit worker request stays as written; the learners pack onto the rest
     requests, per_worker = packed_shares(plan, 3, 2, 1.0)
     assert per_worker == 1.0 and sum(requests.values()) == pytest.approx(1.0)
-    assert packed_shares(None, 1, 3, None) == ({}, pytest.approx(1 / 3))  # scripted: workers only
+    assert packed_shares(None, 4, 3, None) == ({}, 0.0)  # scripted agents run no model
     with pytest.raises(ConfigError, match="ray.worker_num_gpus"):
         assign_shares(plan, 1, workers=2, worker_request=1.0, source="ray.num_gpus")
