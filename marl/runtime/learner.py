@@ -33,22 +33,36 @@ One :meth:`Learner.update` on the N turns of an iteration that have a response:
   the copy is taken only before a step whose lr or weight decay is non-finite or whose lr is
   above 1. Otherwise AdamW's step with finite, clipped gradients is bounded
   (``|dp| <= lr * (~10 + weight_decay * |p|)``) and cannot overflow; if the weights ever do go
-  non-finite without a copy, the learner raises at once.
+  non-finite without a copy, the learner raises at the next host read (the next step's, or the
+  end of the update), before anything is checkpointed.
+- **Host reads.** Nothing inside a minibatch waits for the device: the loss metrics stay
+  0-dim device tensors, the gradient norm and the clip run on the device, and the weight check
+  is one fused norm. The host reads them together once per optimizer step (:meth:`_read`), and
+  once more at the end of an update for the last step's weights.
+- **Microbatches** (``microbatch_tokens``). A minibatch's turns are cut, in order, into packed
+  rows of at most this many positions (:meth:`Learner.microbatches`; ``None``: sized from free
+  memory, :func:`default_microbatch_tokens`), each one forward and backward whose loss is
+  normalised by the whole minibatch's denominator.
 - **Precision.** A model with bf16 (or fp16) weights (``model.dtype=bfloat16``) runs its forward
   and backward passes in that dtype (fast, and the rollout generates with the same weights), but
   the optimizer steps fp32 master copies of its trainable weights and rounds them into the
   model after each step, so updates far smaller than bf16's resolution accumulate in the
   masters instead of rounding away. The masters are part of :meth:`Learner.state_dict`.
-- **Devices.** Every tensor is built on the model's device.
-- **Shared prompts** (``share_prompts``, on by default). Turns of a minibatch whose prompt
-  token ids are identical (the G episodes of a GRPO group often show an agent the same prompt)
-  run their prompt through the model once and their responses on its key/value cache
-  (:mod:`marl.agents.logprobs`); the loss and the gradient are those of the padded forward to
-  float rounding. So that a prompt's turns tend to meet in one minibatch, the shuffled order is
-  then regrouped so that turns with the same prompt are adjacent (groups in shuffled order, the
-  minibatch sizes unchanged); the minibatches are cut from that order as before, so a group that
-  straddles a cut is split between two minibatches. Off, every turn runs ``prompt + response``
-  in one padded forward and minibatches are plain shuffles.
+- **Devices.** Every tensor lives on the model's device; index tensors are built on the host
+  and moved without blocking (:func:`marl.agents.packing.host_to_device`).
+- **Packed rows and shared prompts** (``share_prompts``, on by default). A microbatch runs as
+  one packed row (:mod:`marl.agents.packing`): every turn's ``prompt + response`` in a token
+  trie, so a prefix that several turns share (the G episodes of a GRPO group often show an
+  agent the same prompt; distinct prompts share a system prompt) runs once, with no padding;
+  the loss and the gradient are those of the padded forward to float rounding. So that a
+  prompt's turns tend to meet in one minibatch, the shuffled order is then regrouped so that
+  turns with the same prompt are adjacent (groups in shuffled order, the minibatch sizes
+  unchanged); a group that straddles a cut is split between two minibatches. Off, every turn
+  is a path of its own in the row and minibatches are plain shuffles. A model whose attention
+  is not the platform's (:data:`marl.agents.attention.MARL_ATTENTION`; an ``eager`` model, say)
+  runs the unpacked forwards of :func:`marl.agents.logprobs.response_logprobs` instead.
+- **The reference's logprobs** are computed once per update, for every turn that trains, in
+  the same packed microbatches (the reference does not change within an update).
 
 The learner trains whatever parameters of its model require gradients: every weight of a full
 model, only the adapter of a peft LoRA model (whose KL reference is then the same model with the
