@@ -169,13 +169,13 @@ class UpdateSettings:
     max_nonfinite_updates: an optimizer step whose loss, gradient or new weights hold a NaN or
                  inf is skipped (weights and AdamW state left as before it) and counted in
                  ``policies/<id>/nonfinite_skips``; this many skipped steps in a row stop the run.
-    share_prompts: turns of a minibatch with identical prompt ids run their prompt through the
-                 model once and the responses on its key/value cache, in prompt-length buckets
-                 (the same loss and gradient, less compute); before the minibatches are cut,
-                 turns with the same prompt are made adjacent in the shuffled order (a group
-                 that straddles a cut is split). The HF backend likewise prefills each distinct
-                 prompt of a generate call once. false = one padded ``prompt + response``
-                 forward per minibatch and one prefill row per sample (docs/benchmarks.md).
+    share_prompts: the update's packed rows run a prefix that several turns share (a group's
+                 prompt, a system prompt) once (the same loss and gradient, less compute);
+                 before the minibatches are cut, turns with the same prompt are made adjacent
+                 in the shuffled order (a group that straddles a cut is split). The HF backend
+                 likewise prefills each distinct prompt of a generate call once. false = every
+                 turn its own path in the row, and one prefill row per sample
+                 (docs/benchmarks.md).
     """
 
     level: str = "token"
