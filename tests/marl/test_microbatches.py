@@ -13,13 +13,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from marl.agents.backends import SamplingConfig
 from marl.agents.models import ModelSpec, load_model
 from marl.config import ConfigError, load_config
 from marl.losses import aggregation_denominator, metrics_to_host
 from marl.runtime.learner import Learner, LearnerSettings
 
-from .test_shared_prompts import _lora, _relative, _turns
+from .test_shared_prompts import LOSS_SETTINGS, _lora, _relative, _turns
 
 
 def _accumulated(
@@ -73,16 +72,7 @@ def test_microbatches_follow_the_token_budget() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [
-        {},
-        {"beta": 0.04, "sampling": SamplingConfig(top_p=0.9, temperature=0.7)},
-        {"level": "sequence", "aggregation": "token_mean"},
-        {"lora": True, "beta": 0.04},
-    ],
-    ids=["grpo", "kl-top-p", "gspo", "lora"],
-)
+@LOSS_SETTINGS
 def test_the_packed_update_equals_the_padded_one(settings: dict) -> None:
     """Today's padded path (a model on eager attention cannot take packed rows) against the
     packed one, on the same weights: the same loss, metrics and gradient."""

@@ -35,6 +35,19 @@ EXCHANGES = [
 ]
 
 
+# the loss settings the update's equivalence tests run under (GRPO, KL with top-p, GSPO, LoRA)
+LOSS_SETTINGS = pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"beta": 0.04, "sampling": SamplingConfig(top_p=0.9, temperature=0.7)},
+        {"level": "sequence", "aggregation": "token_mean"},
+        {"lora": True, "beta": 0.04},
+    ],
+    ids=["grpo", "kl-top-p", "gspo", "lora"],
+)
+
+
 def _turns(model: torch.nn.Module, tok: object) -> list[TurnRecord]:
     turns = []
     for i, (prompt, response, advantage) in enumerate(EXCHANGES):
@@ -77,16 +90,7 @@ def _lora(model: torch.nn.Module) -> torch.nn.Module:
     return lora
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [
-        {},
-        {"beta": 0.04, "sampling": SamplingConfig(top_p=0.9, temperature=0.7)},
-        {"level": "sequence", "aggregation": "token_mean"},
-        {"lora": True, "beta": 0.04},
-    ],
-    ids=["grpo", "kl-top-p", "gspo", "lora"],
-)
+@LOSS_SETTINGS
 def test_shared_prompt_loss_and_gradient_equal_the_padded_forward(settings: dict) -> None:
     model, tok = load_model(ModelSpec(kind="tiny", seed=3))
     settings = dict(settings)
