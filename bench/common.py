@@ -3,7 +3,9 @@
 Every benchmark writes ``bench/results/<name>.json`` with a ``summary`` list of rows
 (``figure``, ``value``, ``unit``, ``note``), which ``bench/run_all.py`` (``make bench``) gathers
 into one table, plus the load average before and after the run: this 2-core machine is often
-shared, so a figure means little without it.
+shared, so a figure means little without it. Every result JSON records :func:`machine` under
+``machine``: the CPU (model, family, AVX512-BF16, AMX), the ISA variables set (a figure measured
+under them is simulated), the load and the GPU; its ``line`` heads every printed table.
 """
 
 from __future__ import annotations
@@ -29,17 +31,109 @@ def quick() -> bool:
     return os.environ.get("BENCH_QUICK", "") not in ("", "0")
 
 
+# The environment variables that make torch, oneDNN or MKL dispatch below what the CPU has: a
+# figure measured under any of them stands for a simulated CPU, not this one.
+ISA_VARIABLES = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",  # oneDNN's older name for ONEDNN_MAX_CPU_ISA
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_DEBUG_CPU_TYPE",
+)
+
+
 def machine() -> dict[str, Any]:
-    """What the figures depend on: cores, load, torch threads, Python."""
+    """What the figures depend on, recorded in every result JSON under ``machine``.
+
+    ``cores_available``, ``load_average`` (1, 5, 15 min), ``torch_threads``, ``python``,
+    ``torch``; the CPU: ``cpu`` (its model name, :func:`marl.runtime.machine.cpu_name`),
+    ``cpu_family`` and ``cpu_model`` (/proc/cpuinfo's numbers, None where unreadable),
+    ``avx512_bf16`` and ``amx`` (whether the CPU has them, torch's checks, as
+    :mod:`marl.agents.precision` reads them), ``torch_cpu_capability`` (the kernels torch
+    dispatches to: ``AVX512``, ``AVX2``...), ``bf16`` (what ``model.dtype: auto`` decides on it
+    and why, :func:`marl.agents.precision.bf16_support`); ``isa_env`` (those of
+    :data:`ISA_VARIABLES` set, by name), ``simulated`` (any of them set: the figures stand for
+    a CPU restricted to less than this one has); ``gpu`` (the first CUDA device's name, None
+    without one); and ``line``, all of it in one line (:func:`machine_line`)."""
     import torch
 
-    return {
+    from marl.agents.precision import bf16_support
+    from marl.runtime.machine import cpu_name, local_gpu_name
+
+    isa_env = {name: os.environ[name] for name in ISA_VARIABLES if os.environ.get(name)}
+    bf16 = bf16_support("cpu")
+    state: dict[str, Any] = {
         "cores_available": len(os.sched_getaffinity(0)),
         "load_average": list(os.getloadavg()),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "cpu": cpu_name(),
+        "cpu_family": _cpuinfo_number("cpu family"),
+        "cpu_model": _cpuinfo_number("model"),
+        **_bf16_instructions(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "bf16": {"fast": bf16.fast, "reason": bf16.reason},
+        "isa_env": isa_env,
+        "simulated": bool(isa_env),
+        "gpu": local_gpu_name() or None,
     }
+    state["line"] = machine_line(state)
+    return state
+
+
+def machine_line(state: dict[str, Any]) -> str:
+    """:func:`machine`'s record in one line, for example ``AMD EPYC (family 25, model 17);
+    avx512_bf16 yes, AMX no; ISA variables: none (not simulated); load 0.52 0.61 0.70 on 2
+    cores``, with the GPU's name at the end where there is one."""
+    family, model = state.get("cpu_family"), state.get("cpu_model")
+    numbers = [f"{name} {n}" for name, n in (("family", family), ("model", model)) if n is not None]
+    cpu = state.get("cpu", "CPU") + (f" ({', '.join(numbers)})" if numbers else "")
+
+    def yes(flag: str) -> str:
+        return "yes" if state.get(flag) else "no"
+
+    isa_env = state.get("isa_env") or {}
+    if isa_env:
+        isa = " ".join(f"{k}={v}" for k, v in isa_env.items())
+        kernels = state.get("torch_cpu_capability")
+        isa += f" (simulated{f'; torch kernels {kernels}' if kernels else ''})"
+    else:
+        isa = "none (not simulated)"
+    load = " ".join(f"{x:.2f}" for x in state.get("load_average", []))
+    line = (
+        f"{cpu}; avx512_bf16 {yes('avx512_bf16')}, AMX {yes('amx')}; ISA variables: {isa}; "
+        f"load {load} on {state.get('cores_available')} cores"
+    )
+    return line + (f"; GPU {state['gpu']}" if state.get("gpu") else "")
+
+
+def _cpuinfo_number(field: str) -> int | None:
+    """The first ``field : <integer>`` line of /proc/cpuinfo (None where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key.strip() == field:
+                    return int(value.strip())
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _bf16_instructions() -> dict[str, bool]:
+    """Whether the CPU has AVX512-BF16 and AMX: the checks :mod:`marl.agents.precision` asks,
+    read without its restriction to torch's dispatch level, so an ISA variable does not hide
+    what the CPU has (False where torch lacks the checks)."""
+    import torch
+
+    try:
+        return {
+            "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+            "amx": bool(torch.cpu._is_amx_tile_supported()),
+        }
+    except AttributeError:  # a torch without the checks
+        return {"avx512_bf16": False, "amx": False}
 
 
 def alternate(contenders: dict[str, Callable[[], float]], rounds: int) -> dict[str, dict[str, Any]]:
@@ -93,13 +187,14 @@ def row(figure: str, value: float | str, unit: str = "", note: str = "") -> dict
 
 
 def write(name: str, data: dict[str, Any], summary: Sequence[dict[str, Any]]) -> Path:
-    """Write ``bench/results/<name>.json`` (``data``, ``summary``, machine state) and print the
-    summary table."""
+    """Write ``bench/results/<name>.json`` (``data``, ``summary``, and :func:`machine` under
+    ``machine`` unless ``data`` has it) and print the machine's line and the summary table."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     payload = {"bench": name, "quick": quick(), **data, "summary": list(summary)}
-    payload.setdefault("machine", machine())
+    state = payload.setdefault("machine", machine())
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(f"machine: {state.get('line') or machine()['line']}")
     print(table([{"bench": name, **r} for r in summary]))
     print(f"wrote {path}")
     return path
@@ -146,20 +241,22 @@ def save_experiment(
     plot: Callable[[Path], None],
     runs: dict[str, str | None] | None = None,
 ) -> None:
-    """Print the Markdown ``text`` and the load average, and write ``summary.json``, ``table.md``
-    and ``curves.png`` (drawn by ``plot``) under ``out``.
+    """Print the Markdown ``text``, the load average and the machine's line, and write
+    ``summary.json``, ``table.md`` and ``curves.png`` (drawn by ``plot``) under ``out``.
 
     ``summary.json`` holds ``args`` (the call that wrote it: with ``--table-only`` the
     tabulating call, whose ``--steps`` and the like need not be the runs'), ``runs`` when given
-    (each tabulated run's ``marl train`` command, :func:`run_commands`), ``table`` and
-    ``load``."""
+    (each tabulated run's ``marl train`` command, :func:`run_commands`), ``table``, ``load``
+    and ``machine`` (:func:`machine`, of the writing call)."""
     load = os.getloadavg()
+    state = machine()
     print(text)
     print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    print(f"machine: {state['line']}")
     payload: dict[str, Any] = {"args": vars(args)}
     if runs is not None:
         payload["runs"] = runs
-    payload.update({"table": table, "load": load})
+    payload.update({"table": table, "load": load, "machine": state})
     (out / "summary.json").write_text(json.dumps(payload, indent=2))
     (out / "table.md").write_text(text + "\n")
     plot(out / "curves.png")

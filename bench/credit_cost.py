@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402  (bench helpers)
 from credit_experiment import read_scalars  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "bench/credit_cost.py " + " ".join(sys.argv[1:] if argv is None else argv)
         ).strip(),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {**machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "total_wall_time_s": total,
         "rows": rows,
         "table": md,

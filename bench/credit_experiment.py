@@ -51,6 +51,9 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402  (bench helpers)
+
 METHODS = ("team", "difference", "coma", "shapley")
 SETTINGS = {
     "hidden": None,  # every agent scores
@@ -457,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     entry = {
         "command": command.strip(),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {**machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "total_wall_time_s": total,
         "summary": rows,
         "probes": probes,

@@ -26,11 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402  (bench helpers)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "credit_workers.json"
 
@@ -147,7 +150,7 @@ def main() -> None:
         json.dumps(
             {
                 "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                "machine": {**machine(), "cpus": os.cpu_count()},
                 "results": results,
             },
             indent=2,

@@ -904,6 +904,7 @@ class Run:
             "git": git_state(),
             "skipped": {},
             "complete": False,
+            "machine": self.state,  # in every partial save too
         }
 
     def elapsed(self) -> float:

@@ -73,6 +73,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (bench helpers)
+    machine,
     paired,
     read_scalars,
     run_command,
@@ -536,7 +537,13 @@ def main() -> None:
         raise SystemExit(f"{args.runs}: runs of several models ({', '.join(sorted(models))})")
     table = {c: aggregate(runs, c) for c in args.conditions}
     text = markdown(table, runs)
-    payload = {"args": vars(args), "runs": runs, "table": table, "card_blind": card_blind_facts()}
+    payload = {
+        "args": vars(args),
+        "runs": runs,
+        "table": table,
+        "card_blind": card_blind_facts(),
+        "machine": machine(),
+    }
     (out / "summary.json").write_text(json.dumps(json_safe(payload), indent=1) + "\n")
     (out / "table.md").write_text(text + "\n")
     plot(out / "curves.png", table, runs)

@@ -43,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (bench helpers)
+    machine,
     paired,
     read_scalars,
     run_command,
@@ -331,7 +332,13 @@ def main() -> None:
     if cells:
         text += "\n\nCross-play (warmup_rl pairs and the base model):\n\n"
         text += (out / "crossplay_roles.md").read_text()
-    payload = {"args": vars(args), "runs": runs, "table": table, "crossplay": cells}
+    payload = {
+        "args": vars(args),
+        "runs": runs,
+        "table": table,
+        "crossplay": cells,
+        "machine": machine(),
+    }
     (out / "summary.json").write_text(json.dumps(json_safe(payload), indent=1))
     (out / "table.md").write_text(text + "\n")
     plot(out / "curves.png", runs)

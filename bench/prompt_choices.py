@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,9 @@ from marl.agents.models import ModelSpec
 from marl.agents.prompts import prompt_ids
 from marl.runtime.rollout import EpisodeSlot, run_episodes
 from marl.scenarios.registry import make
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHOICES = [("signal-v0", False), ("signal-v0", True), ("signal-v1", False), ("signal-v1", True)]
@@ -120,7 +124,10 @@ def main() -> None:
     print(f"{args.episodes} episodes per row; load average {load[0]:.1f}")
     out = ROOT / "bench/results/prompt_choices.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "rows": rows, "load": load}, indent=2))
+    state = machine()
+    print(f"machine: {state['line']}")
+    payload = {"args": vars(args), "rows": rows, "load": load, "machine": state}
+    out.write_text(json.dumps(payload, indent=2))
 
 
 if __name__ == "__main__":

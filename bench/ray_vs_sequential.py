@@ -36,6 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402  (bench helpers)
+
 RESULTS = Path(__file__).resolve().parent / "results" / "ray_vs_sequential.json"
 PHASES = ("rollout", "credit", "update", "sync", "iteration")
 
@@ -218,6 +221,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "machine": {
+            **machine(),
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
             "python": platform.python_version(),

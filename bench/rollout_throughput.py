@@ -39,6 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402  (bench helpers)
+
 RESULTS = Path(__file__).resolve().parent / "results" / "rollout_throughput.json"
 VARIANTS: dict[str, dict[str, Any]] = {
     "hf": {"backend": "hf", "env": {}},
@@ -215,7 +218,11 @@ def main() -> int:
     )
     print(table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"results": results, "cpu_count": os.cpu_count()}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {"results": results, "cpu_count": os.cpu_count(), "machine": machine()}, indent=2
+        )
+    )
     print(f"\nwritten: {args.out}")
     return 0
 

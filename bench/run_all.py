@@ -59,7 +59,9 @@ def missing(needs: tuple[str, ...]) -> list[str]:
 
 
 def collect() -> list[dict[str, Any]]:
-    """The summary rows of the results already in bench/results/, nothing run."""
+    """The summary rows of the results already in bench/results/, nothing run; a row's note
+    ends with ``[quick]`` or ``[full]``, and ``simulated ISA`` where its JSON's machine record
+    says it ran under ISA variables (:func:`common.machine`)."""
     rows: list[dict[str, Any]] = []
     for _, name, _, _, _ in BENCHES:
         path = RESULTS / f"{name}.json"
@@ -69,13 +71,17 @@ def collect() -> list[dict[str, Any]]:
         data = json.loads(path.read_text())
         summary = data.get("summary") or [row("ran", "-", "", f"see {path.name}")]
         mode = "quick" if data.get("quick") else "full"
-        rows += [{"bench": name, **r, "note": f"{r.get('note', '')} [{mode}]".strip()}
-                 for r in summary]
+        if (data.get("machine") or {}).get("simulated"):  # measured under ISA variables
+            mode += ", simulated ISA"
+        rows += [
+            {"bench": name, **r, "note": f"{r.get('note', '')} [{mode}]".strip()} for r in summary
+        ]
     return rows
 
 
 def main() -> None:
     if "--collect" in sys.argv[1:]:  # one table of the stored results, without running
+        print(f"machine now: {machine()['line']}")
         print(table(collect()))
         return
     rows: list[dict[str, Any]] = []
@@ -103,10 +109,12 @@ def main() -> None:
             rows.append({"bench": name, **row("ran", round(elapsed, 1), "s", f"see {path.name}")})
     state["load_average_after"] = machine()["load_average"]
     print()
+    print(f"machine: {state['line']}")
     print(table(rows))
     out = RESULTS / "summary.json"
-    out.write_text(json.dumps({"quick": quick(), "machine": state, "rows": rows}, indent=2,
-                              default=str) + "\n")
+    out.write_text(
+        json.dumps({"quick": quick(), "machine": state, "rows": rows}, indent=2, default=str) + "\n"
+    )
     print(f"wrote {out}")
     if any(r["figure"] == "FAILED" for r in rows):
         sys.exit(1)

@@ -34,6 +34,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402  (bench helpers)
+
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
 PAGES = {"hparams": "#hparams", "scalars": "#scalars"}
@@ -196,6 +199,7 @@ def check(logdir: Path, out: Path, chromium: str, port: int | None = None) -> di
             for g in groups
         ],
         "screenshots": shots,
+        "machine": machine(),
     }
     (out / "tensorboard_check.json").write_text(json.dumps(result, indent=2))
     return result
