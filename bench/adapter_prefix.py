@@ -41,14 +41,20 @@ from marl.agents.prompts import prompt_ids  # noqa: E402
 def lora_backend(scenario: str) -> tuple[Any, dict[str, str]]:
     """SmolLM2 (bf16) with an adapter per agent of ``scenario``, as ``sharing: lora`` builds
     it, and each agent's adapter name."""
-    views, owner = inference_backends({"scenario": {"name": scenario}, "sharing": "lora",
-                                       "model": {"kind": "embedded", "dtype": "bfloat16"}})
+    views, owner = inference_backends(
+        {
+            "scenario": {"name": scenario},
+            "sharing": "lora",
+            "model": {"kind": "embedded", "dtype": "bfloat16"},
+        }
+    )
     base = next(iter(views.values())).base  # each view: the one model under its adapter
     return base, {agent: views[pid].adapter for agent, pid in owner.items()}
 
 
-def first_round_call(scenario: str, tokenizer: Any, adapter_of: dict[str, str], seeds: int,
-                     group: int) -> tuple[list[list[int]], list[str]]:
+def first_round_call(
+    scenario: str, tokenizer: Any, adapter_of: dict[str, str], seeds: int, group: int
+) -> tuple[list[list[int]], list[str]]:
     """The prompts of a rollout's first round, ``seeds`` x ``group`` episodes (a group repeats
     its seed, as GRPO's does), every agent that acts, and the adapter of each."""
     env = marl.make(scenario)
@@ -83,12 +89,15 @@ def main() -> None:
     calls = {}
     for scenario in args.scenarios:
         backend, adapter_of = lora_backend(scenario)
-        calls[scenario] = (backend, *first_round_call(scenario, backend.tokenizer, adapter_of,
-                                                      seeds=4, group=4))
+        calls[scenario] = (
+            backend,
+            *first_round_call(scenario, backend.tokenizer, adapter_of, seeds=4, group=4),
+        )
     per_adapter = hf.shared_prefixes
 
-    def generate(backend: Any, prompts: list[list[int]], adapters: list[str],
-                 before: bool) -> float:
+    def generate(
+        backend: Any, prompts: list[list[int]], adapters: list[str], before: bool
+    ) -> float:
         hf.shared_prefixes = call_wide if before else per_adapter
         try:
             return timed(lambda: backend.generate(prompts, sampling, adapters=adapters, seed=0))
@@ -109,16 +118,25 @@ def main() -> None:
     summary = []
     for name, (_, prompts, adapters) in calls.items():
         old, new = measured[f"{name}/before"], measured[f"{name}/now"]
-        summary.append(row(
-            f"generate, {name} round 1 under {len(set(adapters))} adapters: one prefix a call "
-            "vs one an adapter", f"{old['median']:.2f} vs {new['median']:.2f}", "s",
-            f"{old['median'] / new['median']:.2f}x; min {old['min']:.2f} vs {new['min']:.2f}; "
-            f"{len(prompts)} prompts, {len({tuple(q) for q in prompts})} distinct"))
-    summary.append(row("load average at start", state["load_average"][0], "",
-                       f"after {state['load_average_after'][0]:.2f}; SmolLM2 bfloat16, "
-                       f"{args.threads} threads"))
-    write("adapter_prefix", {"args": vars(args), "results": measured, "machine": state},
-          summary)
+        summary.append(
+            row(
+                f"generate, {name} round 1 under {len(set(adapters))} adapters: one prefix a call "
+                "vs one an adapter",
+                f"{old['median']:.2f} vs {new['median']:.2f}",
+                "s",
+                f"{old['median'] / new['median']:.2f}x; min {old['min']:.2f} vs {new['min']:.2f}; "
+                f"{len(prompts)} prompts, {len({tuple(q) for q in prompts})} distinct",
+            )
+        )
+    summary.append(
+        row(
+            "load average at start",
+            state["load_average"][0],
+            "",
+            f"after {state['load_average_after'][0]:.2f}; SmolLM2 bfloat16, {args.threads} threads",
+        )
+    )
+    write("adapter_prefix", {"args": vars(args), "results": measured, "machine": state}, summary)
 
 
 if __name__ == "__main__":

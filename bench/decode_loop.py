@@ -104,8 +104,10 @@ def main() -> None:
     calls = {}
     for spec in args.calls:
         groups, n = (int(x) for x in spec.split("x"))
-        prompts = [system + [rng.randrange(5, top) for _ in range(rng.randrange(40, 81))]
-                   for _ in range(groups)]
+        prompts = [
+            system + [rng.randrange(5, top) for _ in range(rng.randrange(40, 81))]
+            for _ in range(groups)
+        ]
         calls[f"{groups * n} rows ({groups} prompts x {n})"] = (prompts, n)
     state = machine()
     contenders = {

@@ -103,9 +103,7 @@ def main() -> None:
     for name, prompts in batches.items():
         contenders[f"{name}/before"] = lambda p=prompts: step_seconds(before, p, "sdpa")
         contenders[f"{name}/now"] = lambda p=prompts: step_seconds(now, p, MARL_ATTENTION)
-        contenders[f"{name}/cat"] = lambda p=prompts: step_seconds(
-            cat_cache, p, MARL_ATTENTION
-        )
+        contenders[f"{name}/cat"] = lambda p=prompts: step_seconds(cat_cache, p, MARL_ATTENTION)
     measured = alternate(contenders, args.rounds)
     state["load_average_after"] = machine()["load_average"]
     summary = []

@@ -169,9 +169,7 @@ def main() -> None:
     state["load_average_after"] = machine()["load_average"]
     summary = []
     for name, r in results.items():
-        summary.append(
-            row(f"{name} agent-steps/s", r["median"], "1/s", f"min {r['min']:,.0f}")
-        )
+        summary.append(row(f"{name} agent-steps/s", r["median"], "1/s", f"min {r['min']:,.0f}"))
     medians = [r["median"] for r in results.values()]
     overall = statistics.median(medians)
     summary.append(

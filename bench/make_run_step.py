@@ -39,13 +39,20 @@ def one_run(checkout: Path, overrides: list[str], steps: int, threads: int) -> d
     """``marl train`` in ``checkout`` for ``steps`` steps; the step figures and peak RSS."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
-            str(checkout / ".venv/bin/marl"), "train", "--config-name", "demo",
-            f"train.steps={steps}", "train.checkpoint_every=0", "logging.progress=false",
-            f"hydra.run.dir={tmp}", *overrides,
+            str(checkout / ".venv/bin/marl"),
+            "train",
+            "--config-name",
+            "demo",
+            f"train.steps={steps}",
+            "train.checkpoint_every=0",
+            "logging.progress=false",
+            f"hydra.run.dir={tmp}",
+            *overrides,
         ]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            cmd, cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         output = proc.stdout.read() if proc.stdout else ""
         _, status, usage = os.wait4(proc.pid, 0)
         if status != 0:
@@ -90,12 +97,19 @@ def main() -> None:
             row(f"there: {key}", med("there", key), unit, f"min {low('there', key):.2f}"),
         ]
     summary += [
-        row("step: there / here", med("there", "perf/step_time") / med("here", "perf/step_time"),
-            "x", f"medians of {args.rounds} alternating rounds"),
+        row(
+            "step: there / here",
+            med("there", "perf/step_time") / med("here", "perf/step_time"),
+            "x",
+            f"medians of {args.rounds} alternating rounds",
+        ),
         row("load average at start", state["load_average"][0], "", f"{args.threads} threads"),
     ]
-    write(args.name, {"args": vars(args), "against": str(other), "runs": runs,
-                            "machine": state}, summary)
+    write(
+        args.name,
+        {"args": vars(args), "against": str(other), "runs": runs, "machine": state},
+        summary,
+    )
 
 
 if __name__ == "__main__":

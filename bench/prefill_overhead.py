@@ -74,8 +74,14 @@ def main() -> None:
         def forward() -> None:
             with torch.inference_mode():
                 cache = cache_rows(head, torch.zeros(rows, dtype=torch.long))  # as the backend
-                model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                      use_cache=True, logits_to_keep=1, **{cache_keyword(model): cache})
+                model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{cache_keyword(model): cache},
+                )
 
         return timed(forward)
 
@@ -83,8 +89,9 @@ def main() -> None:
     for r, s in shapes:  # warm-up: first calls allocate
         bucket(r, s)
     state = machine()
-    measured = alternate({f"{r}x{s}": (lambda r=r, s=s: bucket(r, s)) for r, s in shapes},
-                         args.rounds)
+    measured = alternate(
+        {f"{r}x{s}": (lambda r=r, s=s: bucket(r, s)) for r, s in shapes}, args.rounds
+    )
     state["load_average_after"] = machine()["load_average"]
     fixed, per_row, per_position = fit_costs(
         shapes, [measured[f"{r}x{s}"]["median"] for r, s in shapes]
@@ -97,24 +104,54 @@ def main() -> None:
     smallest = measured[f"{least}x{shortest}"]["median"]
     overhead = smallest / slope - least * shortest
     summary = [
-        row(f"bucket forward, {r} rows x {s} own tokens", measured[f"{r}x{s}"]["median"] * 1e3,
-            "ms", f"min {measured[f'{r}x{s}']['min'] * 1e3:.1f}")
+        row(
+            f"bucket forward, {r} rows x {s} own tokens",
+            measured[f"{r}x{s}"]["median"] * 1e3,
+            "ms",
+            f"min {measured[f'{r}x{s}']['min'] * 1e3:.1f}",
+        )
         for r, s in shapes
     ]
-    summary.append(row("overhead of a forward, in positions", overhead, "positions",
-                       f"the {least}x{shortest} forward {smallest * 1e3:.1f} ms over "
-                       f"{slope * 1e3:.3f} ms a position ({most} rows, spans {shorter}->"
-                       f"{longest}); kv_cache.BUCKET_OVERHEAD = {BUCKET_OVERHEAD}"))
-    summary.append(row("least squares: fixed cost of a forward", fixed * 1e3, "ms",
-                       f"= {fixed / per_position:.1f} positions; per row {per_row * 1e3:.2f} ms, "
-                       f"per position {per_position * 1e3:.3f} ms (prefix {args.prefix})"))
-    summary.append(row("load average at start", state["load_average"][0], "",
-                       f"after {state['load_average_after'][0]:.2f}; {args.model} {args.dtype}, "
-                       f"{args.threads} threads"))
-    costs = {"overhead_positions": overhead, "position_s": slope, "fit_fixed_s": fixed,
-             "fit_per_row_s": per_row, "fit_per_position_s": per_position}
-    write("prefill_overhead", {"args": vars(args), "results": measured, **costs,
-                               "machine": state}, summary)
+    summary.append(
+        row(
+            "overhead of a forward, in positions",
+            overhead,
+            "positions",
+            f"the {least}x{shortest} forward {smallest * 1e3:.1f} ms over "
+            f"{slope * 1e3:.3f} ms a position ({most} rows, spans {shorter}->"
+            f"{longest}); kv_cache.BUCKET_OVERHEAD = {BUCKET_OVERHEAD}",
+        )
+    )
+    summary.append(
+        row(
+            "least squares: fixed cost of a forward",
+            fixed * 1e3,
+            "ms",
+            f"= {fixed / per_position:.1f} positions; per row {per_row * 1e3:.2f} ms, "
+            f"per position {per_position * 1e3:.3f} ms (prefix {args.prefix})",
+        )
+    )
+    summary.append(
+        row(
+            "load average at start",
+            state["load_average"][0],
+            "",
+            f"after {state['load_average_after'][0]:.2f}; {args.model} {args.dtype}, "
+            f"{args.threads} threads",
+        )
+    )
+    costs = {
+        "overhead_positions": overhead,
+        "position_s": slope,
+        "fit_fixed_s": fixed,
+        "fit_per_row_s": per_row,
+        "fit_per_position_s": per_position,
+    }
+    write(
+        "prefill_overhead",
+        {"args": vars(args), "results": measured, **costs, "machine": state},
+        summary,
+    )
 
 
 if __name__ == "__main__":

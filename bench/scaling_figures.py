@@ -44,8 +44,13 @@ class ModelShape:
         """(in, out) of each projection a LoRA adapter can target."""
         d, i, kv = self.hidden, self.intermediate, int(self.hidden * self.kv_heads_ratio)
         return {
-            "q_proj": (d, d), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (d, d),
-            "gate_proj": (d, i), "up_proj": (d, i), "down_proj": (i, d),
+            "q_proj": (d, d),
+            "k_proj": (d, kv),
+            "v_proj": (d, kv),
+            "o_proj": (d, d),
+            "gate_proj": (d, i),
+            "up_proj": (d, i),
+            "down_proj": (i, d),
         }
 
     def lora_params(self, rank: int, targets: list[str]) -> float:
@@ -59,8 +64,13 @@ MODELS = {
     "7b": ModelShape("llama-7b", hidden=4096, layers=32, intermediate=11008, vocab=32000),
     # SmolLM2-135M-Instruct, the embedded model: 134.5M parameters (GQA 3 of 9 heads, tied)
     "smollm2-135m": ModelShape(
-        "smollm2-135m", hidden=576, layers=30, intermediate=1536, vocab=49152,
-        kv_heads_ratio=1 / 3, tied_embeddings=True,
+        "smollm2-135m",
+        hidden=576,
+        layers=30,
+        intermediate=1536,
+        vocab=49152,
+        kv_heads_ratio=1 / 3,
+        tied_embeddings=True,
     ),
 }
 
@@ -80,15 +90,18 @@ class Assumptions:
     activation_gb: float = 12.0  # per learner: a minibatch of 16 x 1k tokens, checkpointed
     kv_cache_gb: float = 20.0  # per inference engine, for a rollout batch's KV cache
     lora_rank: int = 16
-    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
-                                                             "o_proj"])
+    lora_targets: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
     rollout_workers: int = 8  # inference engines that receive every sync
-    link_gb_s: dict[str, float] = field(default_factory=lambda: {
-        "NVLink (same node)": 300.0,
-        "InfiniBand 400 Gb/s": 50.0,
-        "Ethernet 100 Gb/s": 12.5,
-        "Ray object store (TCP, per stream)": 2.0,
-    })
+    link_gb_s: dict[str, float] = field(
+        default_factory=lambda: {
+            "NVLink (same node)": 300.0,
+            "InfiniBand 400 Gb/s": 50.0,
+            "Ethernet 100 Gb/s": 12.5,
+            "Ray object store (TCP, per stream)": 2.0,
+        }
+    )
 
 
 def learner_memory_gb(model: ModelShape, lora: bool, a: Assumptions) -> float:
@@ -106,8 +119,7 @@ def learner_memory_gb(model: ModelShape, lora: bool, a: Assumptions) -> float:
     return total / GB + a.activation_gb
 
 
-def plan(model: ModelShape, agents: int, sharing: str, a: Assumptions,
-         layout: str = "all") -> dict:
+def plan(model: ModelShape, agents: int, sharing: str, a: Assumptions, layout: str = "all") -> dict:
     """GPUs, memory per GPU and sync traffic of one sharing mode.
 
     ``layout``: ``all`` = every rollout engine serves every policy (what marl's rollout workers
@@ -120,7 +132,8 @@ def plan(model: ModelShape, agents: int, sharing: str, a: Assumptions,
     learners_per_gpu = max(1, math.floor(a.gpu_memory_gb / per_learner))
     gpus_per_learner = math.ceil(per_learner / a.gpu_memory_gb)  # > 1: needs FSDP/ZeRO sharding
     learner_gpus = (
-        policies * gpus_per_learner if gpus_per_learner > 1
+        policies * gpus_per_learner
+        if gpus_per_learner > 1
         else math.ceil(policies / learners_per_gpu)
     )
     weights_gb = model.params * a.weight_bytes / GB
@@ -157,9 +170,7 @@ def plan(model: ModelShape, agents: int, sharing: str, a: Assumptions,
         "sync_gb_per_policy": round(policy_sync_gb, 4),
         "sync_gb_total": round(total_sync, 3),
         "sync_gb_busiest_link": round(busiest, 3),
-        "sync_seconds": {
-            link: round(busiest / bw, 2) for link, bw in a.link_gb_s.items()
-        },
+        "sync_seconds": {link: round(busiest / bw, 2) for link, bw in a.link_gb_s.items()},
     }
 
 
