@@ -3,9 +3,12 @@
 Where a scenario's legal actions form a finite set (Kuhn Poker's check/bet/call/fold, a matrix
 game's actions, signal's candidates), the policy's distribution over them need not be estimated
 by sampling. :func:`action_scores` scores every action's reply text teacher-forced after its
-prompt, all (prompt, action) rows in one batched pass in which each distinct prompt runs once
-and its actions run on its key/value cache (:func:`marl.agents.logprobs.response_logprobs` with
-``share_prompts``), and normalises over each prompt's set.
+prompt, all (prompt, action) rows in one forward pass, and normalises over each prompt's set.
+Where the model runs the platform's attention (:mod:`marl.agents.attention`; an HF backend's
+model does), that pass is one packed row (:mod:`marl.agents.packing`): the prompts and replies
+as a token trie, so that every prefix the prompts share (the system prompt of all of them, a
+scenario's text up to the message that differs) runs once. Otherwise each distinct prompt runs
+once and its actions run on its key/value cache (``share_prompts``). The values are the same.
 
 What one action's score includes: the log-probability of the tokens of its reply text (the
 text the model would write after the prompt: after the response head when the prompt ends with
@@ -118,7 +121,7 @@ def action_scores(
             rows_reply.append(reply_ids(tokenizer, text, end_id))
     if any(not r for r in rows_reply):
         raise ValueError("action_scores: an empty action text with no end token scores nothing")
-    with torch.no_grad():  # each distinct prompt runs once, its actions on its key/value cache
+    with torch.no_grad():  # every shared prefix once: one packed row, or prompts deduplicated
         scored = response_logprobs(
             model,
             rows_prompt,
@@ -126,6 +129,7 @@ def action_scores(
             temperature=temperature,
             pad_token_id=pad,
             share_prompts=True,
+            packed=True,
         )
     token_logp, mask = scored.sampling, scored.mask  # (R, T), (R, T) with R = all actions
     sums = (token_logp.double() * mask.double()).sum(dim=1).cpu()  # (R,)

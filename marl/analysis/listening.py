@@ -405,13 +405,14 @@ def hf_scorer(
     *,
     sampling: SamplingConfig | None = None,
     max_prompt_tokens: int | None = None,
-    chunk: int = 16,
+    chunk: int = 64,
 ) -> Scorer:
     """The listener's exact distributions from an HF backend (a view of a shared base scores
     with its adapter active; the model's train/eval mode is restored), at the run's
     ``sampling.temperature`` and after ``sampling.response_prefix``'s head (default
-    :class:`SamplingConfig`'s). ``chunk`` prompts are scored at a time, which bounds the memory
-    of the logits."""
+    :class:`SamplingConfig`'s). ``chunk`` prompts are scored at a time, in one packed row
+    (:func:`~marl.agents.action_scores.action_scores`: logits only where a reply token is
+    predicted), which bounds the memory of the pass."""
     from marl.agents.action_scores import action_scores
     from marl.agents.backends import backend_target
     from marl.agents.heads import head_ids, prompt_head, response_head, response_note

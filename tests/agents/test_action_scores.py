@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from marl.agents.action_scores import action_scores, reply_ids
+from marl.agents.attention import runs_marl_attention, use_marl_attention
 from marl.agents.logprobs import sequence_logprobs
 from marl.agents.models import ModelSpec, load_model
 from marl.agents.prompts import prompt_ids
@@ -66,11 +67,23 @@ def test_rows_are_distributions_with_their_mass(tiny) -> None:  # noqa: ANN001
         assert list(scores.distribution(i)) == legal
 
 
+@pytest.fixture(scope="module")
+def tiny_packed():  # noqa: ANN201
+    """The same weights on the platform's attention, as an HF backend runs them: scored in one
+    packed row (the prompts' shared prefixes once)."""
+    model, tokenizer = load_model(ModelSpec(kind="tiny", seed=3))
+    use_marl_attention(model)
+    assert runs_marl_attention(model)
+    return model, tokenizer
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_equal_to_brute_force(tiny, temperature: float) -> None:  # noqa: ANN001
-    model, tokenizer = tiny
+def test_equal_to_brute_force(tiny, tiny_packed, temperature: float, packed: bool) -> None:  # noqa: ANN001
+    model, tokenizer = tiny  # the brute force runs here, one row per forward
+    scorer = tiny_packed[0] if packed else model
     prompts = prompts_of(tokenizer)
-    scores = action_scores(model, tokenizer, prompts, ACTIONS, temperature=temperature)
+    scores = action_scores(scorer, tokenizer, prompts, ACTIONS, temperature=temperature)
     for i, (prompt, legal) in enumerate(zip(prompts, ACTIONS)):
         sums, probs, total = brute_force(model, tokenizer, prompt, legal, temperature)
         assert scores.logprobs[i, : len(legal)].tolist() == pytest.approx(sums, abs=1e-4)
