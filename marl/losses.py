@@ -344,13 +344,14 @@ def policy_loss_terms(
         d = d.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (B, T)
         kl_tok = torch.exp(d) - d - 1.0  # (B, T): k3, >= 0, exactly 0 where masked
         kl = _aggregate(kl_tok, maskf, aggregation, max_tokens_norm, denominator)  # ()
-        kl_value = kl.detach()  # ()
+        kl_value = kl.detach().clamp(min=0.0)  # () k3 is >= 0; rounding can leave -1e-17
         if beta > 0:
             loss = pg_loss + beta * kl  # ()
 
     with torch.no_grad():
         lr = log_ratio.detach()  # (B, T)
-        approx_kl_old = _masked_mean(torch.exp(lr) - 1.0 - lr, valid)  # k3 of KL(old || new)
+        # k3 of KL(old || new), >= 0: exp(x) - 1 rounds below x for |x| near 1e-8, so clamp
+        approx_kl_old = _masked_mean((torch.exp(lr) - 1.0 - lr).clamp(min=0.0), valid)
         entropy_proxy = -_masked_mean(logp_new.detach(), valid & logp_new.detach().isfinite())
 
     device = logp_new.device

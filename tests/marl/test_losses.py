@@ -457,3 +457,16 @@ def test_property_finite_outputs_and_masked_gradients(
     assert m["kl"] >= 0.0 and m["approx_kl_old"] >= 0.0
     assert new.grad is not None and torch.isfinite(new.grad).all()
     assert (new.grad[mask == 0] == 0).all()
+
+
+def test_the_kl_estimates_are_never_below_zero_from_rounding() -> None:
+    """k3 (``exp(x) - 1 - x``) is >= 0, but in float32 ``exp(3e-8)`` is exactly 1, so for such
+    small log ratios the raw expression is -3e-8 (the property test above once drew one)."""
+    old = torch.full((2, 4), -1e-3)
+    new = (old + 3e-8).requires_grad_()
+    x = (new - old).detach()
+    assert bool(((torch.exp(x) - 1.0 - x) < 0).all())  # the rounding this test is about
+    mask = torch.ones(2, 4)
+    _, m = policy_loss(new, old, torch.ones(2), mask, ref_logp=old - 3e-8, beta=0.1)
+    assert m["approx_kl_old"] >= 0.0
+    assert m["kl"] >= 0.0
