@@ -30,13 +30,13 @@ run: $(STAMP)
 	$(VENV)/bin/marl fetch-model
 	$(VENV)/bin/marl train --config-name demo
 
-# The suite on TEST_WORKERS processes (pytest-xdist; auto = one per core). Ray tests share one
-# worker (tests/conftest.py); `make test TEST_WORKERS=0` runs it in this process alone.
+# The suite on TEST_WORKERS processes (pytest-xdist; auto = one per core), a module's tests on
+# one worker (tests/conftest.py); `make test TEST_WORKERS=0` runs it in this process alone.
 TEST_WORKERS ?= auto
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -4,6 +4,7 @@
 
 - **packed rows** (:mod:`marl.agents.packing`): a forward called with ``packed_layout=...``
   runs :func:`marl.agents.packing.packed_attention`, each node attending to its ancestors;
+  with ``packed_kv=[]`` too, each layer appends its keys and values there (a packed prefill);
 - **one-token decoding steps on a CPU**, folded as below;
 - everything else through transformers' own ``sdpa`` function, unchanged.
 
@@ -50,6 +51,9 @@ def marl_attention(
     if layout is not None:
         from marl.agents.packing import packed_attention
 
+        captured = kwargs.get("packed_kv")
+        if captured is not None:  # a packed prefill keeps every layer's keys and values
+            captured.append((key, value))  # (1, H_kv, N, D) each, keys after RoPE
         return packed_attention(query, key, value, layout, scaling), None
 
     groups = int(getattr(module, "num_key_value_groups", 1))

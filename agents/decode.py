@@ -33,9 +33,14 @@ adapter through stacked weights and a per-row index buffer
 (:class:`marl.agents.mixed_lora.MixedAdapters`, BGMV-like); an adapter kind that routing does
 not cover runs the same fixed-shape step eagerly, with ``adapter_names``.
 
-On a CPU the same step runs eagerly, on the prefill's own buffers (no padding, no copy). The
-backend keeps transformers' ``generate`` as the CPU default unless told otherwise
-(``HFBackend(decode=...)``, ``bench/decode_loop.py`` compares the two).
+On a CPU the same step runs eagerly, on the prefill's own buffers (no padding, no copy), and
+looks at the rows every step (a host read costs nothing there): the loop ends when every row
+has finished, and once at most :data:`COMPACT_BELOW` of its rows still run, it drops the
+finished ones from the cache and every per-row tensor (a CPU step costs in proportion to its
+rows). The running rows write into their call rows and take the random draws the whole call
+would have taken, so the tokens are those of the loop without compaction, and of
+transformers' ``generate`` (``HFBackend(decode="generate")``; ``bench/decode_loop.py`` compares
+the two).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ from torch import nn
 from transformers.cache_utils import Cache, StaticLayer
 
 CHECK_EVERY = 8  # steps between the host's looks at "every row finished" (one sync each)
+# an eager decoder on a CPU drops its finished rows once at most this share of them still run
+COMPACT_BELOW = 0.75
 LENGTH_STEP = 64  # a graph's cache length is a multiple of this (attention reads all of it)
 WARMUP_STEPS = 3  # eager steps on a side stream before a capture
 
@@ -66,14 +73,16 @@ def length_bucket(length: int) -> int:
     return -(-length // LENGTH_STEP) * LENGTH_STEP
 
 
-def sample_inverse_cdf(logp: torch.Tensor) -> torch.Tensor:
+def sample_inverse_cdf(logp: torch.Tensor, draw: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row of ``logp`` (R, V) log-probabilities, drawn from ``exp(logp)``: the
-    first index whose cumulative probability exceeds a uniform draw. Zero-probability tokens
-    (``-inf``, as top-p leaves them) are never chosen. Returns (R,) token ids. No host sync:
-    a draw that rounds up to the total (very rare) takes the last token with any probability,
-    where the cumulative distribution first reaches its total."""
+    first index whose cumulative probability exceeds a uniform draw (``draw`` (R, 1) float64 in
+    [0, 1), else drawn here). Zero-probability tokens (``-inf``, as top-p leaves them) are never
+    chosen. Returns (R,) token ids. No host sync: a draw that rounds up to the total (very rare)
+    takes the last token with any probability, where the cumulative distribution first reaches
+    its total."""
     cdf = logp.double().exp().cumsum(dim=-1)  # (R, V), float64: no drift over 49k entries
-    draw = torch.rand(logp.shape[0], 1, dtype=torch.float64, device=logp.device)  # (R, 1)
+    if draw is None:
+        draw = torch.rand(logp.shape[0], 1, dtype=torch.float64, device=logp.device)  # (R, 1)
     total = cdf[:, -1:].contiguous()  # (R, 1)
     chosen = torch.searchsorted(cdf, draw * total, right=True)  # (R, 1), V when past the end
     last = torch.searchsorted(cdf, total, right=False)  # (R, 1): the last token with mass
@@ -170,6 +179,9 @@ class StaticDecoder:
         self.cache_keyword = cache_keyword
         self.trim = trim
         self.filled = 0  # host side: positions filled before the current step (trim)
+        self.loaded = rows  # rows of the call (trim): the first dimension of tokens / logprobs
+        self.made = 0  # host side: tokens made so far this call (the output column)
+        self.origin: torch.Tensor | None = None  # (R',) each running row's call row (trim)
         self.model_kwargs: dict[str, Any] = {}  # per call: peft's adapter_names when eager
         self.graphs: dict[Any, torch.cuda.CUDAGraph] = {}  # per (adapter, sampling) key
         self.mixed: dict[tuple[str, ...], Any] = {}  # MixedAdapters a graph reads, per set
@@ -212,6 +224,7 @@ class StaticDecoder:
         self.unfinished.zero_()
         self.unfinished[:r] = True
         self.warpers, self.sample = list(warpers), sample
+        self.loaded, self.origin, self.made = self.rows, None, 0
         self.model_kwargs = {}
         if adapter_names is not None:
             dummies = [adapter_names[0]] * (self.rows - r)
@@ -244,11 +257,23 @@ class StaticDecoder:
         for warper in self.warpers:
             scores = warper(self.tokens_in, scores)  # (R, V)
         logp = torch.log_softmax(scores, dim=-1)  # (R, V)
-        chosen = sample_inverse_cdf(logp) if self.sample else logp.argmax(dim=-1)  # (R,)
+        if self.sample:
+            draw = None
+            if self.origin is not None:  # the draws of all the call's rows, as uncompacted
+                draw = torch.rand(self.loaded, 1, dtype=torch.float64, device=logp.device)
+                draw = draw[self.origin]  # (R', 1)
+            chosen = sample_inverse_cdf(logp, draw)  # (R,)
+        else:
+            chosen = logp.argmax(dim=-1)  # (R,)
         chosen_logp = logp.gather(-1, chosen[:, None])  # (R, 1)
         chosen = torch.where(self.unfinished, chosen, self.pad_id)  # (R,) finished rows: pad
-        self.tokens.index_copy_(1, self.column, chosen[:, None])
-        self.logprobs.index_copy_(1, self.column, chosen_logp)
+        if self.origin is None:
+            self.tokens.index_copy_(1, self.column, chosen[:, None])
+            self.logprobs.index_copy_(1, self.column, chosen_logp)
+        else:  # compacted: each running row writes into its call row
+            self.tokens[self.origin, self.made] = chosen
+            self.logprobs[self.origin, self.made] = chosen_logp[:, 0]
+        self.made += 1
         self.unfinished &= ~(chosen[:, None] == self.eos).any(dim=-1)  # (R,)
         self.tokens_in.copy_(chosen[:, None])
         self.position += 1
@@ -286,10 +311,37 @@ class StaticDecoder:
         done = steps
         for t in range(1, steps + 1):
             replay()
-            if t % CHECK_EVERY == 0 and t < steps and not bool(self.unfinished.any()):
+            if self.trim and t < steps:  # eager on a CPU: a host read costs nothing here
+                running = int(self.unfinished.sum())
+                if not running:
+                    done = t
+                    break
+                if running <= COMPACT_BELOW * self.unfinished.shape[0]:
+                    self._compact()
+            elif t % CHECK_EVERY == 0 and t < steps and not bool(self.unfinished.any()):
                 done = t
                 break
         return self.tokens[:rows, :done], self.logprobs[:rows, :done]  # (rows, t) each
+
+    def _compact(self) -> None:
+        """Drop the finished rows from every per-row tensor (an eager loop on a CPU, whose step
+        costs in proportion to its rows). The running rows keep their call row in
+        :attr:`origin`, through which a step writes its tokens and takes its random draws:
+        the tokens are those of the loop without compaction."""
+        keep = self.unfinished.nonzero().squeeze(-1)  # (R',) running rows, in order
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(0, keep)  # (R', H_kv, L, D)
+            layer.values = layer.values.index_select(0, keep)
+            layer.batch_size = int(keep.shape[0])
+        self.key_ok = self.key_ok.index_select(0, keep)  # (R', L)
+        self.tokens_in = self.tokens_in.index_select(0, keep)  # (R', 1)
+        self.position = self.position.index_select(0, keep)  # (R', 1)
+        self.unfinished = self.unfinished.index_select(0, keep)  # (R',)
+        base = self.origin if self.origin is not None else torch.arange(self.loaded)
+        self.origin = base.to(keep.device).index_select(0, keep)  # (R',)
+        names = self.model_kwargs.get("adapter_names")
+        if names is not None:
+            self.model_kwargs["adapter_names"] = [names[i] for i in keep.tolist()]
 
 
 @contextmanager

@@ -47,6 +47,7 @@ __all__ = [
     "PackedLayout",
     "PrefixCounter",
     "host_to_device",
+    "pack_prompts",
     "pack_turns",
     "packed_positions",
     "packed_response_logprobs",
@@ -150,6 +151,31 @@ def pack_turns(
 ) -> PackedLayout:
     """The packed layout of B turns (each prompt non-empty). ``chunk``: query chunk size
     (None: the size in :data:`CHUNK_SIZES` that attends over the fewest padded slots)."""
+    return _pack(prompt_ids_list, response_ids_list, device, share, chunk)[0]
+
+
+def pack_prompts(
+    prompts: Sequence[Sequence[int]], device: torch.device | str = "cpu"
+) -> tuple[PackedLayout, torch.Tensor]:
+    """The packed layout of P prompts alone, every shared prefix once (a prefill), and where
+    each prompt's tokens lie in it: ``(P, W)`` node indices, each prompt right-aligned in the
+    width ``W`` of the longest, the padding on its left pointing at ``N`` (one past the last
+    node: the caller appends a zero node there)."""
+    layout, paths = _pack(prompts, [[] for _ in prompts], device, True, None)
+    width = max(len(path) for path in paths)
+    padding = layout.nodes
+    rows = [[padding] * (width - len(path)) + path for path in paths]
+    return layout, host_to_device(torch.tensor(rows, device=HOST), device)  # (P, W)
+
+
+def _pack(
+    prompt_ids_list: Sequence[Sequence[int]],
+    response_ids_list: Sequence[Sequence[int]],
+    device: torch.device | str,
+    share: bool,
+    chunk: int | None,
+) -> tuple[PackedLayout, list[list[int]]]:
+    """:func:`pack_turns`, and each turn's path of nodes (prompt then response)."""
     if len(prompt_ids_list) != len(response_ids_list):
         raise ValueError(
             f"pack_turns: {len(prompt_ids_list)} prompts but {len(response_ids_list)} responses"
@@ -217,7 +243,7 @@ def pack_turns(
     predictors, predictor_of = torch.unique(predictor_node[valid], return_inverse=True)  # (M,)
     rows_of = torch.zeros(batch, t_max, dtype=torch.long, device=HOST)
     rows_of[valid] = predictor_of
-    return PackedLayout(
+    layout = PackedLayout(
         input_ids=host_to_device(torch.tensor([tokens], device=HOST), device),
         position_ids=host_to_device(torch.tensor([depths], device=HOST), device),
         chunk_queries=host_to_device(chunk_queries, device),
@@ -229,6 +255,7 @@ def pack_turns(
         targets=host_to_device(targets, device),
         valid=host_to_device(valid, device),
     )
+    return layout, paths
 
 
 def _rows(rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:

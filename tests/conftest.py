@@ -1,10 +1,12 @@
 """Suite-wide rules: markers (registered in pyproject.toml) and parallel workers.
 
-``make test`` runs the suite on one pytest-xdist worker per core (``--dist loadgroup``). Every
-Ray test goes to one worker, so that two Ray clusters never fight over the cores, and each
-worker's torch (and the CLI subprocesses it starts, through ``OMP_NUM_THREADS``) takes its
-share of the cores instead of all of them: two processes of two threads on two cores run 4 to 6
-times slower than one (docs/benchmarks.md).
+``make test`` runs the suite on one pytest-xdist worker per core (``--dist loadscope``): a
+module's tests run on one worker, so its module-scoped fixtures (a loaded model, a Ray runtime)
+are built once, and the modules spread over the workers, the Ray ones included. Each worker's
+Ray tests share one Ray session where they can (``shared_ray`` in tests/marl/conftest.py), and
+each worker's torch (and the CLI subprocesses and Ray actors it starts, through
+``OMP_NUM_THREADS``) takes its share of the cores instead of all of them: two processes of two
+threads on two cores run 4 to 6 times slower than one (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -32,13 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test marked ``ray`` is also ``slow``: starting Ray costs seconds here, so the fast loop
-    (``-m "not slow"``) leaves out every Ray test, including ones that only say ``ray``. Under
-    xdist, every Ray test runs on the same worker (the ``ray`` group)."""
+    (``-m "not slow"``) leaves out every Ray test, including ones that only say ``ray``."""
     for item in items:
-        if item.get_closest_marker("ray"):
-            if not item.get_closest_marker("slow"):
-                item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group("ray"))
+        if item.get_closest_marker("ray") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
 
 
 def _hide_gpus(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,9 +22,11 @@ After the prefill, ``decode`` picks the decoding loop: ``"generate"`` is transfo
 ``model.generate`` with the processors above; ``"static"`` is :mod:`marl.agents.decode`'s
 fixed-shape step (same sampling, a cache of fixed size, no per-token host synchronisation);
 ``"graph"`` replays that step from a CUDA graph (mixed-adapter calls run it eagerly; on a CPU it
-is ``"static"``). ``"auto"``: ``"graph"`` on CUDA, ``"generate"`` on a CPU: there both loops
-decode SmolLM2's shape at the same speed (``bench/decode_loop.py``, fp32, one thread: 79 vs
-79 ms a step at 4 rows, 139 vs 142 ms at 16), and the static loop gives the same floats.
+is ``"static"``). ``"auto"``: ``"graph"`` on CUDA, ``"static"`` on a CPU. There a step of
+either loop costs the same (``bench/decode_loop.py``, fp32, one thread: 79 vs 79 ms at 4 rows,
+139 vs 142 ms at 16) and gives the same floats, but a CPU step's cost grows with its rows, so
+the static loop drops the rows that have finished (:meth:`StaticDecoder.run`): a call whose
+replies end at different lengths decodes only the rows still running.
 The static loops need our prefill; a call without it
 (``share_prompts=False``, one-token prompts, a model with sliding-window layers, or flash/flex
 attention) runs ``generate``.
@@ -41,7 +43,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from marl.agents.attention import use_marl_attention
+from marl.agents.attention import runs_marl_attention, use_marl_attention
 from marl.agents.backends.base import (
     BASE_ADAPTER,
     Generation,
@@ -101,6 +103,7 @@ class HFBackend:
         lora_config: Any = None,
         share_prompts: bool = True,
         decode: DecodeMode = "auto",
+        packed_prefill: bool = True,
     ) -> None:
         if decode not in DECODE_MODES:
             choices = ", ".join(DECODE_MODES)
@@ -123,6 +126,8 @@ class HFBackend:
         self.lora_config = lora_config
         self.share_prompts = share_prompts  # one prefill per distinct prompt (module docstring)
         self.decode = decode  # the decoding loop after the prefill (module docstring)
+        # a CPU's prefill as one packed row (module docstring); False: the length buckets
+        self.packed_prefill = packed_prefill
         # CUDA: static decoders (with their graphs) by (row bucket, length bucket),
         # least recently used first, valid for the parameters at _decoder_weights' addresses
         self._decoders: OrderedDict[tuple[Any, ...], StaticDecoder] = OrderedDict()
@@ -181,7 +186,8 @@ class HFBackend:
         texts = [list(p) for p, _ in distinct]
         pair_adapters = [a for _, a in distinct]  # (D,)
         prefixes = [0] * len(texts)  # (D,): the prefix each shares with its adapter's prompts
-        if self.share_prompts:
+        packed = self._packs_prefill(texts)  # one packed row: plain left padding, no head area
+        if self.share_prompts and not packed:
             prefixes = shared_prefixes(texts, pair_adapters)
         unique_ids, unique_mask = self._left_pad(texts, prefixes)  # (D, P)
         input_ids, attention = unique_ids[rows], unique_mask[rows]  # (R, P), (R, P)
@@ -194,14 +200,23 @@ class HFBackend:
         path = self._decode_path(unique_ids.shape[1])
         if path != "generate":
             with torch.inference_mode(), _seeded(seed, self.device):
-                prefill = self._prefill(
-                    unique_ids,
-                    unique_mask,
-                    rows.to(self.device),
-                    pair_adapters if names is not None else None,
-                    prefixes,
-                    room=0 if self._fixed_shapes() else sampling.max_new_tokens,
-                )
+                room = 0 if self._fixed_shapes() else sampling.max_new_tokens
+                if packed:
+                    prefill = self._packed_prefill(
+                        texts,
+                        rows.to(self.device),
+                        pair_adapters if names is not None else None,
+                        room,
+                    )
+                else:
+                    prefill = self._prefill(
+                        unique_ids,
+                        unique_mask,
+                        rows.to(self.device),
+                        pair_adapters if names is not None else None,
+                        prefixes,
+                        room=room,
+                    )
                 new_tokens, token_logp = self._decode_static(
                     prefill, input_ids, attention, kwargs.get("adapter_names"), sampling, path
                 )  # (R, t), (R, t)
@@ -213,7 +228,14 @@ class HFBackend:
         with torch.inference_mode(), _seeded(seed, self.device):
             # our prefill even when nothing repeats: its length buckets and in-place cache
             # serve every call (share_prompts=False leaves all of it to transformers)
-            if self.share_prompts and unique_ids.shape[1] > 1:
+            if packed:
+                kwargs[cache_keyword(self.model)] = self._packed_prefill(
+                    texts,
+                    rows.to(self.device),
+                    pair_adapters if names is not None else None,
+                    sampling.max_new_tokens,
+                )
+            elif self.share_prompts and unique_ids.shape[1] > 1:
                 kwargs[cache_keyword(self.model)] = self._prefill(
                     unique_ids,
                     unique_mask,
@@ -239,7 +261,7 @@ class HFBackend:
         from marl.agents.kv_cache import preallocatable
 
         cuda = self.device.type == "cuda"
-        mode = ("graph" if cuda else "generate") if self.decode == "auto" else self.decode
+        mode = ("graph" if cuda else "static") if self.decode == "auto" else self.decode
         if mode == "generate":
             return mode
         served = (
@@ -272,6 +294,11 @@ class HFBackend:
         if not self._fixed_shapes():  # a CPU: the prefill's own buffers and room, trimmed
             buffers = [layer.buffers() for layer in prefill.layers]
             decoder = self._decoder(buffers, trim=True)
+            if row_names is None or len(set(row_names)) == 1:  # one adapter for every row:
+                adapter = row_names[0] if row_names else None  # made the only active one,
+                with only_adapter(self.model, adapter, BASE_ADAPTER):  # not routed per row
+                    decoder.load(None, attention, last, *how)
+                    return decoder.run(steps, r)
             decoder.load(None, attention, last, *how, row_names)
             return decoder.run(steps, r)
         decoder = self._cached_decoder(prefill, r, width - 1 + steps)
@@ -373,6 +400,90 @@ class HFBackend:
             decoder = self._decoder(buffers)
         self._decoders[key] = decoder  # the most recently used last
         return decoder
+
+    def _packs_prefill(self, texts: Sequence[Sequence[int]]) -> bool:
+        """Whether a call's prefill runs as one packed row (:meth:`_packed_prefill`): with
+        ``share_prompts``, on the platform's attention, a model whose cache can be laid out
+        (no sliding-window layers), on a CPU (a GPU keeps the fixed buckets its graphs
+        replay), and some prompt with more than its last token."""
+        from marl.agents.kv_cache import preallocatable
+
+        return (
+            self.share_prompts
+            and self.packed_prefill
+            and not self._fixed_shapes()
+            and runs_marl_attention(self.model)
+            and preallocatable(transformers_model(self.model).config)
+            and max(len(t) for t in texts) > 1
+        )
+
+    def _packed_prefill(
+        self,
+        texts: Sequence[Sequence[int]],
+        rows: torch.Tensor,
+        adapter_names: list[str | None] | None,
+        room: int,
+    ) -> Any:
+        """The key/value cache of every distinct prompt's tokens but its last (``texts``, D of
+        them), laid out for the ``rows`` ``(R,)`` as :meth:`_left_pad` lays out the prompts
+        with no prefixes (each right-aligned in ``W`` = the longest minus one), with ``room``
+        spare positions a layer: from one forward per adapter over a packed row
+        (:func:`marl.agents.packing.pack_prompts`) in which every prefix the prompts share
+        runs once, at whatever depth they part (the system prompt of all of them, a scenario's
+        text in the prompts of its group's episodes), and no position is padding. Positions
+        are depths, as the left-padded rows' are; each layer's keys and values are gathered
+        from the packed nodes into the rows."""
+        from transformers.cache_utils import DynamicCache
+
+        from marl.agents.kv_cache import PreallocatedLayer
+        from marl.agents.packing import pack_prompts
+
+        width = max(len(t) for t in texts) - 1  # W
+        names = adapter_names if adapter_names is not None else [None] * len(texts)
+        groups: dict[str | None, list[int]] = {}
+        for i, name in enumerate(names):
+            if len(texts[i]) > 1:  # a one-token prompt has nothing to prefill: all padding
+                groups.setdefault(name, []).append(i)
+        keys: list[torch.Tensor] = []  # per layer (D, H_kv, W, D_h); zeros on the padding
+        values: list[torch.Tensor] = []
+        for name, members in groups.items():
+            layout, where = pack_prompts([texts[i][:-1] for i in members], self.device)
+            captured: list[tuple[torch.Tensor, torch.Tensor]] = []
+            extra = {"adapter_names": [name]} if adapter_names is not None else {}
+            self.model(
+                input_ids=layout.input_ids,  # (1, N)
+                position_ids=layout.position_ids,  # (1, N) depths
+                attention_mask=layout.chunk_mask,  # 4D: passed on unchanged
+                packed_layout=layout,
+                packed_kv=captured,
+                logits_to_keep=1,
+                use_cache=False,
+                **extra,
+            )
+            span = where.shape[1]  # w: this adapter's longest prompt but its last token
+            index = torch.tensor(members, device=self.device)  # (n,)
+            flat = where.reshape(-1)  # (n * w,) node indices, N on the padding
+            for layer, pair in enumerate(captured):
+                if len(keys) <= layer:
+                    k0 = pair[0]  # (1, H_kv, N, D_h)
+                    shape = (len(texts), k0.shape[1], width, k0.shape[3])
+                    keys.append(k0.new_zeros(shape))
+                    values.append(k0.new_zeros(shape))
+                for target, tensor in zip((keys[layer], values[layer]), pair, strict=True):
+                    nodes = torch.cat([tensor[0], tensor.new_zeros(tensor[0, :, :1].shape)], 1)
+                    gathered = nodes.index_select(1, flat)  # (H_kv, n * w, D_h)
+                    gathered = gathered.view(nodes.shape[0], len(members), span, -1)
+                    target[index, :, width - span :] = gathered.transpose(0, 1)  # (n, H, w, D)
+        cache = DynamicCache()
+        for k, v in zip(keys, values, strict=True):  # each (D, H_kv, W, D_h) -> (R, ..., W + room)
+            kr, vr = k.index_select(0, rows), v.index_select(0, rows)  # (R, H_kv, W, D_h)
+            pad = kr.new_empty(kr.shape[0], kr.shape[1], room, kr.shape[3])
+            cache.layers.append(
+                PreallocatedLayer(
+                    torch.cat([kr, pad], dim=2), torch.cat([vr, pad], dim=2), width, room
+                )
+            )
+        return cache
 
     def _prefill(
         self,

@@ -57,7 +57,8 @@ def _gqa_backend(attention: str) -> HFBackend:
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = LlamaForCausalLM(config)
-    backend = HFBackend(model, tokenizer)
+    # transformers' own generate loop: on sdpa, the reference this test compares against
+    backend = HFBackend(model, tokenizer, decode="generate")
     backend.model.set_attn_implementation(attention)
     return backend
 

@@ -1,10 +1,15 @@
 """Shared prompts in generation (issue 10): identical prompts of one generate request, and the
-n samples of each, share one prefill; results come back in order with correct logprobs."""
+n samples of each, share one prefill; results come back in order with correct logprobs.
+
+Most tests here look at the length-bucketed prefill (``packed_prefill=False``: what a GPU runs,
+and any model off the platform's attention) call by call; the last ones at the CPU's default,
+one packed row in which every shared prefix runs once (issue 38)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from peft import get_peft_model_state_dict
 
 from marl.agents.backends import SamplingConfig
 from marl.agents.backends.hf import HFBackend
@@ -41,7 +46,7 @@ def _prompts(tok) -> list[list[int]]:
 
 
 def test_each_distinct_prompt_is_prefilled_once() -> None:
-    backend = HFBackend(ModelSpec(seed=0))
+    backend = HFBackend(ModelSpec(seed=0), packed_prefill=False)
     prompts = _prompts(backend.tokenizer)
     calls = _Calls(backend.model)
     n = 3
@@ -69,7 +74,7 @@ def test_without_sharing_every_row_is_prefilled() -> None:
 def test_distinct_prompts_with_n_one_are_prefilled_once_each_too() -> None:
     """Nothing repeats: the backend's own prefill still runs (its length buckets and in-place
     cache serve every call), each prompt but its last token once, then one token a row."""
-    backend = HFBackend(ModelSpec(seed=0))
+    backend = HFBackend(ModelSpec(seed=0), packed_prefill=False)
     prompts = list({tuple(p): p for p in _prompts(backend.tokenizer)}.values())
     calls = _Calls(backend.model)
     backend.generate(prompts, SamplingConfig(max_new_tokens=4, n=1), seed=0)
@@ -79,7 +84,7 @@ def test_distinct_prompts_with_n_one_are_prefilled_once_each_too() -> None:
 
 
 def test_greedy_outputs_equal_the_unshared_backend_in_order() -> None:
-    shared = HFBackend(ModelSpec(seed=4))
+    shared = HFBackend(ModelSpec(seed=4), packed_prefill=False)
     plain = HFBackend(ModelSpec(seed=4), share_prompts=False)
     prompts = _prompts(shared.tokenizer)
     greedy = SamplingConfig(max_new_tokens=10, temperature=0.0, n=2)
@@ -96,7 +101,7 @@ def test_greedy_outputs_equal_the_unshared_backend_in_order() -> None:
 
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.9)])
 def test_sampled_logprobs_match_a_recomputation(temperature: float, top_p: float) -> None:
-    backend = HFBackend(ModelSpec(seed=1))
+    backend = HFBackend(ModelSpec(seed=1), packed_prefill=False)
     prompts = _prompts(backend.tokenizer)
     sampling = SamplingConfig(max_new_tokens=12, temperature=temperature, top_p=top_p, n=4)
     groups = backend.generate(prompts, sampling, seed=5)
@@ -116,7 +121,7 @@ def test_sampled_logprobs_match_a_recomputation(temperature: float, top_p: float
 
 
 def test_the_same_prompt_under_two_adapters_is_not_shared() -> None:
-    backend = HFBackend(ModelSpec(seed=2))
+    backend = HFBackend(ModelSpec(seed=2), packed_prefill=False)
     backend.add_adapter("alice")
     with torch.no_grad():  # a non-zero adapter: its rows differ from the base model's
         for name, p in backend.model.named_parameters():
@@ -157,7 +162,7 @@ def _system_prompts(tok) -> list[list[int]]:
 
 
 def test_a_system_prompt_common_to_every_prompt_is_prefilled_once() -> None:
-    backend = HFBackend(ModelSpec(seed=3))
+    backend = HFBackend(ModelSpec(seed=3), packed_prefill=False)
     prompts = _system_prompts(backend.tokenizer)  # all distinct, one system prompt
     calls = _Calls(backend.model)
     groups = backend.generate(prompts, SamplingConfig(max_new_tokens=5, n=1), seed=0)
@@ -174,7 +179,7 @@ def test_a_system_prompt_common_to_every_prompt_is_prefilled_once() -> None:
 
 
 def test_prefix_sharing_keeps_greedy_outputs_and_logprobs() -> None:
-    shared = HFBackend(ModelSpec(seed=3))
+    shared = HFBackend(ModelSpec(seed=3), packed_prefill=False)
     plain = HFBackend(ModelSpec(seed=3), share_prompts=False)
     prompts = _system_prompts(shared.tokenizer)
     prompts = prompts + prompts[:1]  # a repeat as well
@@ -202,7 +207,7 @@ def test_prefix_sharing_keeps_greedy_outputs_and_logprobs() -> None:
 def test_prefix_sharing_under_one_lora_adapter_equals_no_sharing() -> None:
     outputs = []
     for share in (True, False):
-        backend = HFBackend(ModelSpec(seed=2), share_prompts=share)
+        backend = HFBackend(ModelSpec(seed=2), share_prompts=share, packed_prefill=False)
         torch.manual_seed(0)  # the adapter's A matrices
         backend.add_adapter("alice")
         with torch.no_grad():
@@ -226,7 +231,7 @@ def test_prefix_sharing_under_one_lora_adapter_equals_no_sharing() -> None:
 def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> None:
     outputs = []
     for share in (True, False):
-        backend = HFBackend(ModelSpec(seed=2), share_prompts=share)
+        backend = HFBackend(ModelSpec(seed=2), share_prompts=share, packed_prefill=False)
         torch.manual_seed(0)  # the adapters' A matrices
         for name in ("alice", "bob", "carol"):
             backend.add_adapter(name)
@@ -285,3 +290,76 @@ def test_shared_prefixes_are_per_adapter_and_leave_a_token() -> None:
     want = [MIN_SHARED_PREFIX + 2] * 2 + [0] + [MIN_SHARED_PREFIX] * 2 + [0, 0]
     assert shared_prefixes(texts, adapters) == want
     assert shared_prefixes(texts, ["one"] * len(texts)) == [0] * len(texts)  # 3 in common
+
+
+def _trie_nodes(prompts: list[list[int]]) -> int:
+    """Positions of a token trie of ``prompts``: each shared prefix counted once."""
+    return len({tuple(p[: i + 1]) for p in prompts for i in range(len(p))})
+
+
+def test_the_packed_prefill_runs_every_shared_prefix_once() -> None:
+    """The CPU default: one forward, one row of exactly the trie's positions (prompts but their
+    last token); prompts that part at different depths each share what they share."""
+    backend = HFBackend(ModelSpec(seed=3))
+    tok = backend.tokenizer
+    system = tok.encode("You play a game with a partner. ")
+    prompts = [
+        system + tok.encode("Round 1. Colour: red. Say it."),
+        system + tok.encode("Round 1. Colour: blue. Say it."),
+        system + tok.encode("Round 1. Colour: red. Say it."),  # a repeat: nothing new
+        system + tok.encode("Round 2."),
+        tok.encode("Hi"),  # shares nothing
+    ]
+    calls = _Shapes(backend.model)
+    backend.generate(prompts, SamplingConfig(max_new_tokens=4, n=2), seed=0)
+    calls.handle.remove()
+    (packed,) = [width for width, rows in calls.shapes if rows == 1 and width > 1]
+    assert packed == _trie_nodes([p[:-1] for p in prompts])
+    assert packed < sum(len(p) - 1 for p in {tuple(p) for p in prompts})
+
+
+class _Shapes:
+    """The (width, rows) of every forward's input ids."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.shapes: list[tuple[int, int]] = []
+        self.handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
+
+    def _record(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        rows, width = kwargs["input_ids"].shape
+        self.shapes.append((width, rows))
+
+
+@pytest.mark.parametrize("adapters", ["none", "one", "mixed"])
+def test_the_packed_prefill_generates_what_the_buckets_generate(adapters: str) -> None:
+    """Same tokens and finish reasons, logprobs to float rounding, with and without adapters,
+    a one-token prompt, n samples and sampling."""
+    made = []
+    for packed in (False, True):
+        backend = HFBackend(ModelSpec(seed=3), packed_prefill=packed)
+        if adapters != "none":
+            for i, scale in enumerate((0.5, 0.3)):
+                backend.add_adapter(f"lora{i}")
+                state = get_peft_model_state_dict(backend.model, adapter_name=f"lora{i}")
+                gen = torch.Generator().manual_seed(i + 1)
+                backend.add_adapter(
+                    f"lora{i}",
+                    {k: torch.randn(v.shape, generator=gen) * scale for k, v in state.items()},
+                )
+        made.append(backend)
+    tok = made[0].tokenizer
+    system = tok.encode("You are a helpful agent in a game. ")
+    prompts = [system + tok.encode(t) for t in ("Say a colour:", "Say a colour: red", "Count:")]
+    prompts.append(tok.encode("x"))
+    names = {"none": None, "one": ["lora1"] * 4, "mixed": ["lora0", "lora1", None, "lora0"]}
+    sampling = SamplingConfig(max_new_tokens=10, temperature=1.0, n=3)
+    want, got = (
+        [g for grp in b.generate(prompts, sampling, adapters=names[adapters], seed=1) for g in grp]
+        for b in made
+    )
+    assert [g.response_ids for g in got] == [g.response_ids for g in want]
+    assert [g.finish_reason for g in got] == [g.finish_reason for g in want]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
+        )

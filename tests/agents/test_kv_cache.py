@@ -113,7 +113,7 @@ def _chat(tok, user: str) -> list[int]:
 
 
 def test_a_bucketed_prefill_pads_less_and_generates_the_same() -> None:
-    shared = HFBackend(ModelSpec(seed=5))
+    shared = HFBackend(ModelSpec(seed=5), packed_prefill=False)
     plain = HFBackend(ModelSpec(seed=5), share_prompts=False)
     tok = shared.tokenizer
     long = "Messages you received: " + "the target is the red circle near the bridge. " * 6
@@ -140,7 +140,7 @@ def test_a_bucketed_prefill_pads_less_and_generates_the_same() -> None:
 def test_one_token_prompts_beside_long_ones_without_a_common_prefix() -> None:
     """No shared prefix and a prompt with nothing before its last token: the buckets still
     each run a forward, and greedy decoding matches the unshared backend."""
-    shared = HFBackend(ModelSpec(seed=6))
+    shared = HFBackend(ModelSpec(seed=6), packed_prefill=False)
     plain = HFBackend(ModelSpec(seed=6), share_prompts=False)
     rng = random.Random(0)
     long = [[rng.randrange(3, 90) for _ in range(60 + i)] for i in range(6)]

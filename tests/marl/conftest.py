@@ -71,3 +71,60 @@ def start_ray_head() -> Callable[..., object]:
     """:func:`ray_head`, for module-scoped fixtures (conftest modules are not importable
     under ``--import-mode=importlib``)."""
     return ray_head
+
+
+# --- one Ray session per xdist worker ------------------------------------------------------------
+
+# Logical CPUs of the shared session: what Ray hands out, not cores. The most any test that
+# joins it reserves at once is 5 (test_ray_threads: a learner of 2 and a worker of 3).
+SHARED_RAY_CPUS = 8
+_shared_session = {"up": False}  # whether the session running in this process is the shared one
+
+
+@pytest.fixture(scope="session")
+def _shared_ray_teardown() -> Iterator[None]:
+    """Stops the shared session, if it is still up, when this worker's tests are done."""
+    yield
+    if _shared_session["up"]:
+        import ray
+
+        ray.shutdown()
+        _shared_session["up"] = False
+
+
+@pytest.fixture(scope="module")
+def shared_ray(_shared_ray_teardown: None) -> Iterator[None]:
+    """This process's one local Ray session (8 logical CPUs, no GPU), started by the first
+    module that needs it and joined by every later one: starting Ray costs seconds of several
+    processes, and a test that only needs *a* session gets the same actors in a shared one.
+    A runtime that finds Ray running joins it and leaves it running (``connect``). Tests that
+    need a session of their own use :func:`fresh_ray` instead and say why."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            address="local",
+            num_cpus=SHARED_RAY_CPUS,
+            num_gpus=0,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+        _shared_session["up"] = True
+    elif not _shared_session["up"]:
+        pytest.fail("a Ray session other than the shared one is running: a test leaked it")
+    yield
+
+
+@pytest.fixture(scope="module")
+def fresh_ray() -> Iterator[None]:
+    """No Ray session in this process when the module starts: the shared one is stopped (the
+    next module that wants it starts it again), so the module's runtime starts, joins or
+    refuses a session of its own, as a user's driver would."""
+    import ray
+
+    if ray.is_initialized():
+        if not _shared_session["up"]:
+            pytest.fail("a Ray session other than the shared one is running: a test leaked it")
+        ray.shutdown()
+        _shared_session["up"] = False
+    yield

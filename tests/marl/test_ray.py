@@ -122,7 +122,10 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def runtime():
+def runtime(fresh_ray):
+    # a session of its own: ray.init(num_gpus=4) declares the logical GPUs this module places
+    # learners and workers on (the shared session has none), and the runtime that started it
+    # must shut it down
     assert not ray.is_initialized()
     loaded = load_config(config())
     rt = RayRuntime(loaded, plan_for(loaded))

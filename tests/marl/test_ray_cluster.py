@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(fresh_ray):
+    # a cluster of its own: two nodes with logical GPUs, which the driver joins by address
     assert not ray.is_initialized()
     nodes = cluster_utils.Cluster(
         initialize_head=True,

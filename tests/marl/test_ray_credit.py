@@ -69,14 +69,13 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def two_workers():
-    """The module's Ray session: started by this runtime, shut down when it closes."""
-    assert not ray.is_initialized()
+def two_workers(shared_ray):
+    """A runtime of two rollout workers in this process's shared Ray session."""
     loaded = load_config(config({"name": "difference"}, workers=2))
     rt = RayRuntime(loaded, plan_for(loaded))
     yield loaded, rt
     rt.close()
-    assert not ray.is_initialized()
+    assert ray.is_initialized(), "a runtime that joined a session leaves it running"
 
 
 def a0_credit(result) -> list[float]:

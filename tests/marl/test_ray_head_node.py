@@ -37,8 +37,10 @@ RAY = str(Path(sys.executable).with_name("ray"))
 
 
 @pytest.fixture(scope="module")
-def head_node(tmp_path_factory: pytest.TempPathFactory, start_ray_head) -> Iterator[str]:
-    """The address of a 2-CPU head node started by ``ray start --head`` for this module."""
+def head_node(tmp_path_factory: pytest.TempPathFactory, start_ray_head, fresh_ray) -> Iterator[str]:
+    """The address of a 2-CPU head node started by ``ray start --head`` for this module. No
+    session may be up in this process: the driver joins the head by address (one already up
+    would be used instead) and must be disconnected after a refusal."""
     log = tmp_path_factory.mktemp("ray-head") / "ray-start.log"
     with start_ray_head(log, {**os.environ, "RAY_AUTH_MODE": "disabled"}) as (address, _):
         try:
