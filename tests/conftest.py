@@ -34,10 +34,19 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test marked ``ray`` is also ``slow``: starting Ray costs seconds here, so the fast loop
-    (``-m "not slow"``) leaves out every Ray test, including ones that only say ``ray``."""
+    (``-m "not slow"``) leaves out every Ray test, including ones that only say ``ray``.
+
+    The modules with the most ``slow`` tests come first (the order within a module is kept):
+    xdist hands out modules in collection order, so the long ones start while the other worker
+    takes the many short ones, instead of one long module finishing alone at the end."""
     for item in items:
         if item.get_closest_marker("ray") and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+    weight: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        weight[module] = weight.get(module, 0) + bool(item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -weight[item.nodeid.split("::", 1)[0]])  # stable
 
 
 def _hide_gpus(monkeypatch: pytest.MonkeyPatch) -> None:

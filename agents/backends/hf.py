@@ -8,7 +8,12 @@ adapter) runs through the model once, its key/value cache is indexed out to all 
 the same 16 tokens or more (a system prompt), that prefix runs once too, once per adapter, and
 the padding goes between it and the rest of each prompt. The rest runs in buckets of similar
 length, and decoding writes into a cache with room for the new tokens
-(:mod:`marl.agents.kv_cache`); ``share_prompts=False`` turns all this off. Several LoRA
+(:mod:`marl.agents.kv_cache`); ``share_prompts=False`` turns all this off. On a CPU the prefill
+is instead one packed row per adapter (``packed_prefill``, :meth:`HFBackend._packed_prefill`):
+the distinct prompts as a token trie, so that every prefix they share runs once at whatever
+depth they part (a scenario's text in the prompts of its group's episodes, not only the system
+prompt), with no padding and one forward; the cache is gathered from it into left-padded rows.
+A GPU keeps the buckets, whose shapes its decoding graphs replay. Several LoRA
 adapters share the base model and still fit in that one call: peft routes each row to its
 adapter through ``adapter_names=[...]`` (``"__base__"`` = no adapter).
 The logprob reported for each sampled token is under the distribution it was sampled from
