@@ -97,9 +97,7 @@ def test_a_model_on_another_attention_is_left_alone() -> None:
     backend = _gqa_backend("eager")
     assert use_marl_attention(backend.model).config._attn_implementation == "eager"
     fresh = _gqa_backend("sdpa")
-    assert use_marl_attention(fresh.model).config._attn_implementation == (
-        MARL_ATTENTION
-    )
+    assert use_marl_attention(fresh.model).config._attn_implementation == (MARL_ATTENTION)
 
 
 def test_a_draw_at_the_very_top_takes_the_last_token_with_probability(monkeypatch) -> None:

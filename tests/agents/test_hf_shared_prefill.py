@@ -110,8 +110,12 @@ def test_sampled_logprobs_match_a_recomputation(temperature: float, top_p: float
     assert len({tuple(g.response_ids) for g in groups[0]}) > 1  # n draws, not copies
     with torch.no_grad():
         logp, mask = sequence_logprobs(
-            backend.model, [g.prompt_ids for g in gens], [g.response_ids for g in gens],
-            temperature=temperature, top_p=top_p, pad_token_id=backend.tokenizer.pad_token_id,
+            backend.model,
+            [g.prompt_ids for g in gens],
+            [g.response_ids for g in gens],
+            temperature=temperature,
+            top_p=top_p,
+            pad_token_id=backend.tokenizer.pad_token_id,
         )  # (B, T), (B, T)
     reported = torch.zeros_like(logp)
     for i, g in enumerate(gens):
@@ -155,7 +159,9 @@ def _system_prompts(tok) -> list[list[int]]:
     def chat(user: str) -> list[int]:
         return tok.apply_chat_template(
             [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
-            add_generation_prompt=True, tokenize=True, return_dict=False,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
         )
 
     return [chat("Target: red."), chat("You heard: blue circle. Pick one."), chat("Hi")]
@@ -195,8 +201,12 @@ def test_prefix_sharing_keeps_greedy_outputs_and_logprobs() -> None:
     gens = [g for group in shared.generate(prompts, sampling, seed=2) for g in group]
     with torch.no_grad():
         logp, mask = sequence_logprobs(
-            shared.model, [g.prompt_ids for g in gens], [g.response_ids for g in gens],
-            temperature=0.8, top_p=0.9, pad_token_id=shared.tokenizer.pad_token_id,
+            shared.model,
+            [g.prompt_ids for g in gens],
+            [g.response_ids for g in gens],
+            temperature=0.8,
+            top_p=0.9,
+            pad_token_id=shared.tokenizer.pad_token_id,
         )  # (B, T), (B, T)
     reported = torch.zeros_like(logp)
     for i, g in enumerate(gens):
@@ -224,8 +234,9 @@ def test_prefix_sharing_under_one_lora_adapter_equals_no_sharing() -> None:
     for got, want in zip(*outputs):
         for (ids_a, lp_a), (ids_b, lp_b) in zip(got, want):
             assert ids_a == ids_b
-            torch.testing.assert_close(torch.tensor(lp_a), torch.tensor(lp_b),
-                                       atol=LOGPROB_ATOL, rtol=0)
+            torch.testing.assert_close(
+                torch.tensor(lp_a), torch.tensor(lp_b), atol=LOGPROB_ATOL, rtol=0
+            )
 
 
 def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> None:
@@ -243,7 +254,9 @@ def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> Non
         prompts = _system_prompts(tok)
         longer = tok.apply_chat_template(  # shares more than the system turn with prompt 2
             [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi there"}],
-            add_generation_prompt=True, tokenize=True, return_dict=False,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
         )
         # (prompt 0, bob) is distinct from (prompt 0, alice); the base model's two prompts
         # share a longer prefix than alice's or bob's; carol's one prompt shares nothing
@@ -266,8 +279,9 @@ def test_a_call_mixing_adapters_runs_the_common_prefix_once_per_adapter() -> Non
     for got, want in zip(*outputs, strict=True):
         for (ids_a, lp_a), (ids_b, lp_b) in zip(got, want, strict=True):
             assert ids_a == ids_b
-            torch.testing.assert_close(torch.tensor(lp_a), torch.tensor(lp_b),
-                                       atol=LOGPROB_ATOL, rtol=0)
+            torch.testing.assert_close(
+                torch.tensor(lp_a), torch.tensor(lp_b), atol=LOGPROB_ATOL, rtol=0
+            )
     alice, bob = outputs[0][0][0][1], outputs[0][3][0][1]  # prompt 0 under each adapter
     assert max(abs(a - b) for a, b in zip(alice, bob)) > 1e-2, "the adapters differ"
 

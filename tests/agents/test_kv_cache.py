@@ -104,8 +104,10 @@ class _Prefills:
 
 def _chat(tok, user: str) -> list[int]:
     return tok.apply_chat_template(
-        [{"role": "system", "content": "You play a game. Answer with one line."},
-         {"role": "user", "content": user}],
+        [
+            {"role": "system", "content": "You play a game. Answer with one line."},
+            {"role": "user", "content": user},
+        ],
         add_generation_prompt=True,
         tokenize=True,
         return_dict=False,
