@@ -1,0 +1,63 @@
+"""What a command costs the machine: wall time, the CPU `time` sees, and the CPU the machine spent.
+
+`/usr/bin/time` adds a child's CPU only once the child is reaped; processes that are killed
+with their parent unreaped (the Ray workers under a SIGKILLed raylet or `ray start` head) never
+count. This reads the machine's busy CPU from ``/proc/stat`` before and after as well, so a
+suite's real CPU use shows (issue 38's goal for `make test`: at least 180% on 2 cores). Run it
+on an otherwise idle machine: the machine-wide figure counts every process.
+
+    .venv/bin/python bench/suite_cpu.py                      # make test in this checkout
+    .venv/bin/python bench/suite_cpu.py --cwd /tmp/before    # in another checkout
+
+Writes ``bench/results/suite_cpu.json`` (``--name``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import row, write  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (all but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / TICKS
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("command", nargs="*", default=["make", "test"])
+    p.add_argument("--cwd", default=".", help="the checkout to run it in")
+    p.add_argument("--name", default="suite_cpu", help="bench/results/<name>.json")
+    args = p.parse_args()
+    busy, began = busy_seconds(), time.perf_counter()
+    proc = subprocess.Popen(args.command, cwd=args.cwd)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - began
+    machine_cpu = busy_seconds() - busy
+    reaped = usage.ru_utime + usage.ru_stime
+    summary = [
+        row("wall", wall, "s", " ".join(args.command)),
+        row("CPU of reaped processes (time(1))", reaped, "s", f"{100 * reaped / wall:.0f}%"),
+        row("CPU of the whole machine", machine_cpu, "s", f"{100 * machine_cpu / wall:.0f}%"),
+        row("exit status", os.waitstatus_to_exitcode(status), "", str(Path(args.cwd).resolve())),
+    ]
+    write(
+        args.name,
+        {"args": vars(args), "wall_s": wall, "reaped_cpu_s": reaped, "machine_cpu_s": machine_cpu},
+        summary,
+    )
+
+
+if __name__ == "__main__":
+    main()
