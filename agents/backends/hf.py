@@ -449,7 +449,7 @@ class HFBackend:
         for i, name in enumerate(names):
             if len(texts[i]) > 1:  # a one-token prompt has nothing to prefill: all padding
                 groups.setdefault(name, []).append(i)
-        keys: list[torch.Tensor] = []  # per layer (D, H_kv, W, D_h); zeros on the padding
+        keys: list[torch.Tensor] = []  # per layer (D, H_kv, W + room, D_h); zeros on padding
         values: list[torch.Tensor] = []
         for name, members in groups.items():
             layout, where = pack_prompts([texts[i][:-1] for i in members], self.device)
@@ -471,23 +471,22 @@ class HFBackend:
             for layer, pair in enumerate(captured):
                 if len(keys) <= layer:
                     k0 = pair[0]  # (1, H_kv, N, D_h)
-                    shape = (len(texts), k0.shape[1], width, k0.shape[3])
+                    shape = (len(texts), k0.shape[1], width + room, k0.shape[3])
                     keys.append(k0.new_zeros(shape))
                     values.append(k0.new_zeros(shape))
                 for target, tensor in zip((keys[layer], values[layer]), pair, strict=True):
                     nodes = torch.cat([tensor[0], tensor.new_zeros(tensor[0, :, :1].shape)], 1)
                     gathered = nodes.index_select(1, flat)  # (H_kv, n * w, D_h)
                     gathered = gathered.view(nodes.shape[0], len(members), span, -1)
-                    target[index, :, width - span :] = gathered.transpose(0, 1)  # (n, H, w, D)
+                    target[index, :, width - span : width] = gathered.transpose(0, 1)
+        same_rows = len(rows) == len(texts) and bool(
+            (rows == torch.arange(len(texts), device=rows.device)).all()
+        )  # each distinct prompt is its own row (n = 1, nothing repeated): no copy
         cache = DynamicCache()
-        for k, v in zip(keys, values, strict=True):  # each (D, H_kv, W, D_h) -> (R, ..., W + room)
-            kr, vr = k.index_select(0, rows), v.index_select(0, rows)  # (R, H_kv, W, D_h)
-            pad = kr.new_empty(kr.shape[0], kr.shape[1], room, kr.shape[3])
-            cache.layers.append(
-                PreallocatedLayer(
-                    torch.cat([kr, pad], dim=2), torch.cat([vr, pad], dim=2), width, room
-                )
-            )
+        for k, v in zip(keys, values, strict=True):  # (D, H_kv, W + room, D_h) -> (R, ...)
+            if not same_rows:
+                k, v = k.index_select(0, rows), v.index_select(0, rows)
+            cache.layers.append(PreallocatedLayer(k, v, width, room))
         return cache
 
     def _prefill(
