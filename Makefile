@@ -44,7 +44,7 @@ bench: $(STAMP)
 # Generation, update and training-step throughput on one GPU (CUDA when torch has one, else this
 # CPU at smaller sizes): a table, and bench/results/gpu.json (gpu_cpu.json on a CPU). What each
 # row means: docs/benchmarks.md, "On one GPU". A GPU machine has no venv and no internet: run
-# /work/shared/gpu/prepare.sh here once (it writes .gpu/: wheels, SmolLM2's config and tokenizer),
+# ../shared/gpu/prepare.sh (beside the checkout) here once (it writes .gpu/: wheels, SmolLM2's config and tokenizer),
 # carry .gpu, and there run
 #   source .gpu/setup.sh && python3 bench/gpu.py --model-path /tmp/smol
 # (sized for at most 5 minutes on one H100; --out $OUT also writes the JSON there after each part).

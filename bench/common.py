@@ -26,6 +26,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parent.parent
 
 
+def portable(value: Any) -> Any:
+    """A path inside the checkout as a path relative to it (results name no machine's
+    directories); anything else unchanged."""
+    if isinstance(value, (str, Path)) and os.path.isabs(value):
+        path = Path(value).resolve()
+        if path.is_relative_to(ROOT):
+            return str(path.relative_to(ROOT))
+    return value
+
+
 def quick() -> bool:
     """``BENCH_QUICK=1``: smaller runs, for a fast look (the figures are noisier)."""
     return os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -253,7 +263,7 @@ def save_experiment(
     print(text)
     print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     print(f"machine: {state['line']}")
-    payload: dict[str, Any] = {"args": vars(args)}
+    payload: dict[str, Any] = {"args": {k: portable(v) for k, v in vars(args).items()}}
     if runs is not None:
         payload["runs"] = runs
     payload.update({"table": table, "load": load, "machine": state})

@@ -15,7 +15,7 @@ The table then gives both rates and their ratio (this / other) per scenario and 
 
     nice -n 19 .venv/bin/python bench/env_overhead.py            # BENCH_QUICK=1: shorter
     OMP_NUM_THREADS=1 nice -n 19 taskset -c 1 .venv/bin/python bench/env_overhead.py \
-        --against /work/main --rounds 5
+        --against ../main --rounds 5
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, compose, machine, run_sampling  # noqa: E402  (bench helpers)
+from common import ROOT, compose, machine, portable, run_sampling  # noqa: E402  (bench helpers)
 
 from marl.agents.action_scores import reply_ids  # noqa: E402
 from marl.agents.logprobs import response_logprobs  # noqa: E402
@@ -179,8 +179,7 @@ def label(spec: str, model_name: str, restated: str | None) -> str:
     if spec == "base":
         where = {None: "", "\n": ", card restated on the line before ACTION:"}
         return f"{model_name}, untrained" + where.get(restated, ", card restated before ACTION:")
-    path = Path(spec).resolve()
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    return str(portable(str(Path(spec).resolve())))
 
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:

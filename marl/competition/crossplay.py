@@ -53,6 +53,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -480,7 +481,7 @@ def write_results(
     payload = {
         "mode": mode,
         "episodes_per_pairing": episodes,
-        "players": [asdict(p) for p in players],
+        "players": [{**asdict(p), "path": _shown(p.path)} for p in players],
         "cells": cells,
         "ratings": ratings,
         "payoff_by_seat": by_seat,
@@ -713,3 +714,12 @@ def _scenario(run: dict[str, Any], ns: argparse.Namespace) -> tuple[str, dict[st
     if ns.rules_module is not None:
         overrides["rules_module"] = ns.rules_module
     return scenario, overrides
+
+
+def _shown(path: str | None) -> str | None:
+    """A player's path as written to ``crossplay.json``: relative to the working directory when
+    it lies inside it, so that results name no machine's directories."""
+    if not path or not os.path.isabs(path):
+        return path
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(Path.cwd())) if resolved.is_relative_to(Path.cwd()) else path
