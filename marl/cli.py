@@ -19,8 +19,10 @@ commands:
   list                   registered scenarios and their scripted bots
   play [overrides]       play one episode and print the transcript
                          e.g. marl play scenario=relay agents=scripted bot=rule seed=3
-  train [overrides]      GRPO training (Hydra app; -m for sweeps)
+  train [overrides]      GRPO training (Hydra app; -m for sweeps, launcher=ray to run
+                         a sweep's jobs side by side on Ray: docs/sweeps.md)
                          e.g. marl train model=tiny train.steps=2 hydra.run.dir=runs/demo
+                              marl train -m launcher=ray seed=0,1,2,3 train.steps=5
   report DIR...          compare runs grouped by their swept axes: tables, plots, 95% CIs
   eval PLAYER...         cross-play: checkpoints, model:<preset> and bots against each other;
                          a matrix with 95% intervals (md, csv, png) and Elo ratings
@@ -161,6 +163,14 @@ def register_scenario_options() -> set[str]:
     return options
 
 
+LAUNCHER_ALIASES = {"launcher=ray": "hydra/launcher=ray", "launcher=basic": "hydra/launcher=basic"}
+
+
+def launcher_args(args: Sequence[str]) -> list[str]:
+    """``launcher=ray`` is short for ``hydra/launcher=ray`` (a sweep's jobs as Ray tasks)."""
+    return [LAUNCHER_ALIASES.get(arg, arg) for arg in args]
+
+
 def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) -> int:
     import hydra
 
@@ -170,6 +180,10 @@ def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) 
     except ScenarioArgError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from hydra_plugins.marl_ray_launcher import register
+
+    register()  # hydra/launcher=ray (an editable install hides it from Hydra's plugin scan)
+    args = launcher_args(args)
     sys.argv = [f"marl {command}", *args]
     app = hydra.main(version_base=None, config_path="pkg://marl.configs", config_name=config_name)(
         task
@@ -178,16 +192,17 @@ def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) 
     return 0
 
 
-def _play_task(cfg) -> None:  # noqa: ANN001 - Hydra passes a DictConfig
+def _play_task(cfg) -> object:  # noqa: ANN001 - Hydra passes a DictConfig
     from marl.play import play
 
-    _guarded(lambda: _start_threads(cfg) and play(cfg))
+    return _guarded(lambda: _start_threads(cfg) and play(cfg))
 
 
-def _train_task(cfg) -> None:  # noqa: ANN001
+def _train_task(cfg) -> object:  # noqa: ANN001
+    """One training run; returns its last metrics (a sweep's launcher reports them)."""
     from marl.loop.train import train
 
-    _guarded(lambda: _start_threads(cfg) and train(cfg))
+    return _guarded(lambda: _start_threads(cfg) and train(cfg))
 
 
 def _start_threads(cfg) -> bool:  # noqa: ANN001
@@ -200,12 +215,13 @@ def _start_threads(cfg) -> bool:  # noqa: ANN001
     return True
 
 
-def _guarded(fn: Callable[[], object]) -> None:
-    """Run ``fn``; user errors print one clear message and exit 2 instead of a traceback."""
+def _guarded(fn: Callable[[], object]) -> object:
+    """Run ``fn`` and return its value; user errors print one clear message and exit 2
+    instead of a traceback."""
     from marl.errors import remote_cause, user_errors
 
     try:
-        fn()
+        return fn()
     except user_errors() as exc:  # under Ray, the actor's error without its remote traceback
         print(f"error: {remote_cause(exc)}", file=sys.stderr)
         raise SystemExit(2) from None

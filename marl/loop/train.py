@@ -59,19 +59,14 @@ def check_config(config: Config) -> PolicyPlan | None:
     """Every check that needs the scenario or the machine, before anything is built or started:
     the policy plan (None for scripted agents) and the device requests it can know of now (a
     joined Ray cluster's GPUs are checked once connected, before any actor starts)."""
-    if config.agents == "scripted":
-        if is_counterfactual(config.credit.name):
-            raise ConfigError(
-                f"credit.name: {config.credit.name!r} re-simulates with the policies' own "
-                "generation; scripted agents (agents=scripted) support credit=team only"
-            )
+    if config.agents == "scripted" and is_counterfactual(config.credit.name):
+        raise ConfigError(
+            f"credit.name: {config.credit.name!r} re-simulates with the policies' own "
+            "generation; scripted agents (agents=scripted) support credit=team only"
+        )
+    plan = run_plan(config)
+    if plan is None:
         return None
-    plan = plan_for(config)
-    if config.league.enabled:
-        from marl.competition.league import check_league, league_plan
-
-        check_league(config, plan, list(plan.agent_policy))
-        plan = league_plan(plan)
     _check_warmup(config)
     r = config.ray
     if not r.enabled:
@@ -79,6 +74,20 @@ def check_config(config: Config) -> PolicyPlan | None:
     elif not r.address and r.num_gpus is not None:
         workers = min(r.num_rollout_workers, config.train.seeds_per_step)
         assign_shares(plan, r.num_gpus, None, "ray.num_gpus", workers, r.worker_num_gpus)
+    return plan
+
+
+def run_plan(config: Config) -> PolicyPlan | None:
+    """The run's policy plan: who plays with which policy, the league's frozen opponents
+    included (None for scripted agents). Reads the scenario, not the machine."""
+    if config.agents == "scripted":
+        return None
+    plan = plan_for(config)
+    if config.league.enabled:
+        from marl.competition.league import check_league, league_plan
+
+        check_league(config, plan, list(plan.agent_policy))
+        plan = league_plan(plan)
     return plan
 
 

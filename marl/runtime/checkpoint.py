@@ -248,6 +248,12 @@ def _inside(root: Path, step_dir: Path) -> bool:
         return False
 
 
+def complete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The complete ``step_N`` checkpoints of the run in ``run_dir`` (each with its manifest),
+    oldest first."""
+    return _complete_steps(Path(run_dir) / "checkpoints")
+
+
 def _complete_steps(root: Path) -> list[Path]:
     if not root.is_dir():
         return []

@@ -56,6 +56,7 @@ from marl.runtime.resimulation import merge_credit
 from marl.runtime.rollout import RolloutResult
 from marl.runtime.threads import actor_threads, configure_threads, thread_env
 from marl.runtime.workers import RolloutWorker, split_groups
+from marl.sweep.layout import sweep_job_layout
 
 
 def _actor_device() -> str | None:
@@ -214,6 +215,22 @@ def can_place(
         return None
 
 
+def learner_bundles(
+    plan: PolicyPlan | None, requests: Mapping[str, float], cpus: float
+) -> list[dict[str, float]]:
+    """One resource bundle per trainable policy, in ``plan.trainable`` order: ``cpus``
+    (``ray.learner_num_cpus``) and the policy's GPU share from ``requests``, when it has one."""
+    if plan is None:
+        return []
+    bundles = []
+    for pid in plan.trainable:
+        bundle = {"CPU": cpus}
+        if requests[pid] > 0:
+            bundle["GPU"] = requests[pid]
+        bundles.append(bundle)
+    return bundles
+
+
 def cluster_nodes() -> list[dict[str, float]]:
     """The CPUs and GPUs of every live node of the connected cluster (totals, not free)."""
     return [
@@ -282,6 +299,7 @@ class RayRuntime:
         self.requests: dict[str, float] = {}
         self.restarts = 0  # rollout workers replaced so far
         self._pg = None
+        self._job = sweep_job_layout()  # inside a sweep job: the bundles reserved for the actors
         self._weights: dict[str, Any] = {}  # policy id -> object ref of its newest weights
         s = self.settings
         self.worker_gpus = s.worker_num_gpus or 0.0  # each rollout worker's; _start packs null
@@ -310,6 +328,8 @@ class RayRuntime:
             plan, total, largest, source, self._workers_wanted(), s.worker_num_gpus
         )
         self._check_fits(source)
+        if self._job is not None:
+            self._job.check(len(plan.trainable) if plan else 0, self._workers_wanted())
         if plan is not None:
             self._place_learners()
         for index in range(self._workers_wanted()):
@@ -318,15 +338,7 @@ class RayRuntime:
 
     def _learner_bundles(self) -> list[dict[str, float]]:
         """One resource bundle per trainable policy, in ``plan.trainable`` order."""
-        if self.plan is None:
-            return []
-        bundles = []
-        for pid in self.plan.trainable:
-            bundle = {"CPU": self.settings.learner_num_cpus}
-            if self.requests[pid] > 0:
-                bundle["GPU"] = self.requests[pid]
-            bundles.append(bundle)
-        return bundles
+        return learner_bundles(self.plan, self.requests, self.settings.learner_num_cpus)
 
     def _check_fits(self, source: str) -> None:
         """Fail at once, with the numbers, when the run could never be placed on the cluster."""
@@ -369,22 +381,26 @@ class RayRuntime:
         ids = plan.trainable
         if not ids:
             return
-        bundles = self._learner_bundles()
-        self._pg = placement_group(bundles, strategy=s.placement_strategy)
-        try:
-            ray.get(self._pg.ready(), timeout=s.placement_timeout_s)
-        except GetTimeoutError:
-            raise RunError(
-                f"policies {', '.join(ids)}: the learners' placement group {bundles} "
-                f"(ray.placement_strategy={s.placement_strategy}) could not be placed within "
-                f"ray.placement_timeout_s={s.placement_timeout_s:g}s; the cluster has "
-                f"{ray.cluster_resources()}"
-            ) from None
+        if self._job is None:
+            bundles = self._learner_bundles()
+            self._pg = placement_group(bundles, strategy=s.placement_strategy)
+            try:
+                ray.get(self._pg.ready(), timeout=s.placement_timeout_s)
+            except GetTimeoutError:
+                raise RunError(
+                    f"policies {', '.join(ids)}: the learners' placement group {bundles} "
+                    f"(ray.placement_strategy={s.placement_strategy}) could not be placed within "
+                    f"ray.placement_timeout_s={s.placement_timeout_s:g}s; the cluster has "
+                    f"{ray.cluster_resources()}"
+                ) from None
         threads, runtime_env = _actor_options(self.config.runtime.threads, s.learner_num_cpus)
         for index, pid in enumerate(ids):
-            strategy = PlacementGroupSchedulingStrategy(
-                placement_group=self._pg, placement_group_bundle_index=index
-            )
+            if self._job is not None:  # the bundle the sweep reserved for this learner
+                strategy = self._job.strategy(self._job.learners[index])
+            else:
+                strategy = PlacementGroupSchedulingStrategy(
+                    placement_group=self._pg, placement_group_bundle_index=index
+                )
             self.learners[pid] = _LearnerRemote.options(
                 num_cpus=s.learner_num_cpus,
                 num_gpus=self.requests[pid],
@@ -396,11 +412,15 @@ class RayRuntime:
     def _new_worker(self, index: int) -> Any:
         s = self.settings
         threads, runtime_env = _actor_options(self.config.runtime.threads, s.worker_num_cpus)
+        placed: dict[str, Any] = {}
+        if self._job is not None:  # the bundle the sweep reserved for this worker
+            placed["scheduling_strategy"] = self._job.strategy(self._job.workers[index])
         return _WorkerRemote.options(
             num_cpus=s.worker_num_cpus,
             num_gpus=self.worker_gpus,
             max_restarts=0,
             runtime_env=runtime_env,
+            **placed,
         ).remote(self.config, self.plan, index, threads)
 
     # ------------------------------------------------------------------ worker calls
@@ -587,7 +607,7 @@ class RayRuntime:
             except RayError:  # already dead, or Ray already stopped; anything else raises
                 pass
         self.workers, self.learners = [], {}
-        if self._pg is not None:
+        if self._pg is not None:  # never the sweep job's group: the launcher owns it
             try:
                 remove_placement_group(self._pg)
             except RayError:  # the cluster is gone (RaySystemError); anything else raises
