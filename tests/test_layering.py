@@ -207,6 +207,7 @@ ROOMS = (
     ("marl.analysis",),  # what the records say: metrics, emergence, listening, reports
     ("marl.competition",),  # leagues, ratings, marl eval, exploitability tracking
     ("marl.loop",),  # marl train's iteration
+    ("marl.sweep",),  # many runs of it: the Ray launcher of a Hydra multirun
     ("marl.cli", "marl.play"),  # the command line and the interactive game
 )
 

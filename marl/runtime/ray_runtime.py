@@ -49,6 +49,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from marl.config import Config, ConfigError, RayConfig
 from marl.credit import CreditResult
 from marl.errors import RunError, remote_cause
+from marl.runtime.job_layout import sweep_job_layout
 from marl.runtime.policies import PolicyLearner
 from marl.runtime.policy_map import PolicyPlan, assign_shares
 from marl.runtime.ray_join import join_failure, probe
@@ -56,7 +57,6 @@ from marl.runtime.resimulation import merge_credit
 from marl.runtime.rollout import RolloutResult
 from marl.runtime.threads import actor_threads, configure_threads, thread_env
 from marl.runtime.workers import RolloutWorker, split_groups
-from marl.sweep.layout import sweep_job_layout
 
 
 def _actor_device() -> str | None:

@@ -7,6 +7,7 @@
   run's), and the record each job leaves there.
 - :mod:`marl.sweep.job`: the function a job runs in its Ray worker process.
 - :mod:`marl.sweep.driver`: the launcher's loop: submit, watch, report, stop.
+- :mod:`marl.runtime.job_layout` (in the runtime, which reads it): where a job's in-run actors go.
 
 The Hydra side is ``hydra_plugins/marl_ray_launcher``, which only adapts Hydra's ``Launcher``
 interface to :func:`marl.sweep.driver.launch`. docs/sweeps.md is the user's guide.

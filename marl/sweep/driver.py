@@ -21,10 +21,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from marl.runtime.job_layout import JobLayout
 from marl.sweep.demand import JobDemand, job_demand, refusal
 from marl.sweep.job import OUTPUT_LOG, JobOutcome, JobSpec, last_error_line, run_sweep_job
 from marl.sweep.job_dirs import JobState, job_state, set_aside, write_record
-from marl.sweep.layout import JobLayout
 from marl.sweep.settings import LauncherSettings
 
 __all__ = ["SweepJob", "launch", "format_seconds"]
