@@ -34,19 +34,22 @@ def free_port() -> int:
 
 
 @contextmanager
-def ray_head(log: Path, env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``ray start --head`` (2 CPUs, every port free-picked) in its own process group, with
-    ``env``; yields ``(address, process)`` once it says it started, and kills exactly that
-    group afterwards (never ``ray stop``, which would stop other heads too). It never skips on
-    the state of the machine: an experiment that needs the cores to itself runs outside the
-    suite, not by making the suite skip (no file in /tmp decides what is tested)."""
+def ray_head(
+    log: Path, env: dict[str, str], num_cpus: int = 2
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``ray start --head`` (``num_cpus`` CPUs, every port free-picked) in its own process
+    group, with ``env``; yields ``(address, process)`` once it says it started, and kills
+    exactly that group afterwards (never ``ray stop``, which would stop other heads too). It
+    never skips on the state of the machine: an experiment that needs the cores to itself runs
+    outside the suite, not by making the suite skip (no file in /tmp decides what is tested)."""
     port = free_port()
     ports = [f"--{name}={free_port()}" for name in HEAD_PORTS]
     with log.open("w") as out:
         head = subprocess.Popen(
             [
-                RAY, "start", "--head", "--block", f"--port={port}", *ports, "--num-cpus=2",
-                "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+                RAY, "start", "--head", "--block", f"--port={port}", *ports,
+                f"--num-cpus={num_cpus}", "--num-gpus=0", "--include-dashboard=false",
+                "--disable-usage-stats",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -64,6 +67,46 @@ def ray_head(log: Path, env: dict[str, str]) -> Iterator[tuple[str, subprocess.P
         # SIGTERM would drain for 30 s; the head's GCS, raylet and workers share its group
         os.killpg(head.pid, signal.SIGKILL)
         head.wait()
+
+
+NODE_PORTS = (
+    "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
+)  # fmt: skip
+
+
+@contextmanager
+def ray_node(address: str, log: Path, env: dict[str, str], num_cpus: int = 1) -> Iterator[None]:
+    """``ray start --address=<address>``: a second node of ``num_cpus`` CPUs on this machine, in
+    its own process group (every port free-picked), killed afterwards like :func:`ray_head`."""
+    ports = [f"--{name}={free_port()}" for name in NODE_PORTS]
+    with log.open("w") as out:
+        node = subprocess.Popen(
+            [
+                RAY, "start", f"--address={address}", "--block", *ports, f"--num-cpus={num_cpus}",
+                "--num-gpus=0", "--disable-usage-stats",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray runtime started" not in log.read_text():
+            if node.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"ray start --address did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield
+    finally:
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait()
+
+
+@pytest.fixture(scope="session")
+def start_ray_node() -> Callable[..., object]:
+    """:func:`ray_node`, for module-scoped fixtures."""
+    return ray_node
 
 
 @pytest.fixture(scope="session")

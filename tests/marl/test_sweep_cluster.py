@@ -1,0 +1,95 @@
+"""A sweep on a two-node Ray cluster: ``ray start --head`` and ``ray start --address`` on this
+machine, one CPU each, joined by ``hydra.launcher.address``.
+
+Four one-CPU jobs must use both nodes (each job's record says which node ran it, from Ray's
+runtime context), and every job's curves equal those of the same job run serially by Hydra's
+basic launcher (one torch thread, bit for bit). Token authentication is off for this private
+cluster, in the nodes and in the launcher alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+pytestmark = [pytest.mark.ray, pytest.mark.subprocess]
+
+COMMON = ["model=tiny", "scenario=unison", "train.steps=2", "logging.progress=false"]
+ENV = {
+    **os.environ,
+    "RAY_AUTH_MODE": "disabled",
+    "PYTHONWARNINGS": "ignore",
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def marl(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).with_name("marl")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
+    done = subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=900, cwd=cwd, env=ENV
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory, start_ray_head, start_ray_node, fresh_ray) -> Iterator[str]:
+    logs = tmp_path_factory.mktemp("two-nodes")
+    with start_ray_head(logs / "head.log", ENV, num_cpus=1) as (address, _):
+        with start_ray_node(address, logs / "node.log", ENV, num_cpus=1):
+            yield address
+
+
+def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)]
+        for tag in events.Tags()["scalars"]
+        if not tag.startswith("perf/")
+    }
+
+
+def test_a_sweep_on_two_nodes_uses_both_and_matches_the_serial_runs(
+    two_nodes: str, tmp_path: Path
+) -> None:
+    seeds = "seed=0,1,2,3"
+    cluster = tmp_path / "cluster"
+    done = marl(
+        tmp_path,
+        "train",
+        "-m",
+        *COMMON,
+        seeds,
+        "launcher=ray",
+        f"hydra.launcher.address={two_nodes}",
+        f"hydra.sweep.dir={cluster}",
+    )
+    assert "2 node(s), 2 CPUs" in done.stdout and "4 finished" in done.stdout
+    nodes = {n["NodeID"] for n in ray_nodes(two_nodes)}
+    where = [json.loads((cluster / j / "sweep_job.json").read_text())["node"] for j in "0123"]
+    assert set(where) == nodes and len(nodes) == 2, where  # every job on a node, both used
+    serial = tmp_path / "serial"
+    marl(tmp_path, "train", "-m", *COMMON, seeds, f"hydra.sweep.dir={serial}")
+    for job in "0123":
+        assert scalars(cluster / job) == scalars(serial / job), f"job {job} differs"
+
+
+def ray_nodes(address: str) -> list[dict]:
+    """The cluster's live nodes, asked by a driver that joins and leaves."""
+    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    try:
+        return [n for n in ray.nodes() if n.get("Alive")]
+    finally:
+        ray.shutdown()
