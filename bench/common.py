@@ -340,8 +340,49 @@ def run_command(run_dir: Path) -> str | None:
     own = [o for o in hydra["overrides"]["hydra"] if not o.startswith("hydra.mode=")]
     root = f"{ROOT}/"
     own = [o.replace(f"={root}", "=", 1) if f"={root}" in o else o for o in own]
-    words = ["marl", "train", "--config-name", hydra["job"]["config_name"], *task, *own]
+    sweep = ["-m"] if hydra.get("mode") == "MULTIRUN" else []  # a sweep's job: one-job sweep
+    words = ["marl", "train", *sweep, "--config-name", hydra["job"]["config_name"], *task, *own]
     return shlex.join(words)
+
+
+def run_sweep(
+    args: Sequence[str],
+    sweep_dir: Path,
+    seeds: Sequence[int],
+    threads: int,
+    parallel: int | None,
+    what: str,
+) -> dict[int, float]:
+    """Train ``marl train -m <args> seed=<seeds>`` through the Ray launcher, each run in
+    ``sweep_dir/seed<k>`` with ``threads`` CPUs (and torch threads), at most ``parallel`` at
+    once (None: as many as the cores hold). A run folder left by a stopped run is set aside
+    whole (``<sweep_dir>.set-aside/``) and trained again, so that no folder mixes two runs'
+    events; the caller passes only the seeds whose runs are missing. Writes each run's
+    ``wall_s.json`` from the launcher's record; exits with the sweep's failures. Returns
+    seed -> wall seconds."""
+    cmd = [
+        "train", "-m", *args, f"seed={','.join(map(str, seeds))}", "launcher=ray",
+        f"hydra.launcher.cpus_per_job={threads}", "hydra.launcher.skip_finished=false",
+        f"hydra.sweep.dir={sweep_dir}", "hydra.sweep.subdir=seed${seed}",
+    ]  # fmt: skip
+    if parallel:
+        cmd.append(f"hydra.launcher.max_parallel={parallel}")
+    print(f"  $ marl {' '.join(cmd)}", flush=True)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([str(ROOT / ".venv/bin/marl"), *cmd], cwd=ROOT, text=True)
+    walls = {}
+    for seed in seeds:
+        run = sweep_dir / f"seed{seed}"
+        try:
+            record = json.loads((run / "sweep_job.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("status") == "finished":
+            walls[seed] = float(record["wall_s"])
+            (run / "wall_s.json").write_text(json.dumps(walls[seed]))
+    if proc.returncode != 0:
+        raise SystemExit(f"{what}: {proc.returncode} run(s) failed; see the lines above")
+    return walls
 
 
 def run_commands(out: Path, names: Sequence[str], seeds: Sequence[int]) -> dict[str, str | None]:

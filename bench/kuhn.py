@@ -35,8 +35,11 @@ of the mean at the start, with a paired change whose interval excludes 0.
 
 Only missing runs are trained: a run is done when its final checkpoint is there
 (``checkpoints/step_<steps>/state.pt``); a run directory without it (a run that stopped) is
-removed and trained again. Runs live under ``--runs``/<condition>/seed<k>, one subprocess at a
-time; each writes ``wall_s.json`` beside its events. ``--steps`` says which checkpoint is final,
+set aside whole (``<condition>.set-aside/``) and trained again. A condition's missing runs are
+one sweep on the Ray launcher (``marl train -m ... launcher=ray``, docs/sweeps.md): each run
+reserves ``--threads`` CPUs (1), and as many run at once as the cores hold (``--parallel``
+caps it). Runs live under ``--runs``/<condition>/seed<k>; each writes ``wall_s.json`` beside its
+events (from the launcher's record). ``--steps`` says which checkpoint is final,
 also with ``--no-train``.
 
 Sizes (configs/kuhn.yaml): an iteration plays 16 hands (~36 turns in self-play, ~18 learner
@@ -64,7 +67,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import statistics
 import sys
 from collections.abc import Callable
@@ -77,8 +79,8 @@ from common import (  # noqa: E402  (bench helpers)
     paired,
     read_scalars,
     run_command,
-    run_marl,
     run_sampling,
+    run_sweep,
 )
 
 from marl.analysis.stats import seed_clustered  # noqa: E402
@@ -124,36 +126,32 @@ def finished(args: argparse.Namespace, condition: str, seed: int) -> bool:
     return (final / "state.pt").is_file()
 
 
-def train_missing(args: argparse.Namespace, condition: str, seed: int) -> None:
-    """Train the run unless its final checkpoint is there; a run directory without one (a run
-    that stopped: its events would mix with the new run's) is removed first."""
-    if finished(args, condition, seed):
+def train_missing(args: argparse.Namespace, condition: str, seeds: list[int]) -> None:
+    """Train the condition's runs that have no final checkpoint, as one sweep on the Ray
+    launcher (``--parallel`` at once, ``--threads`` CPUs each); a stopped run's folder (its
+    events would mix with the new run's) is set aside whole and the run trained again."""
+    missing = [seed for seed in seeds if not finished(args, condition, seed)]
+    if not missing:
         return
-    where = run_dir(args, condition, seed)
-    if where.exists():
-        print(f"  {condition} seed {seed}: no final checkpoint in {where}; training it again")
-        shutil.rmtree(where)
-    where.parent.mkdir(parents=True, exist_ok=True)
-    wall = run_marl(
+    walls = run_sweep(
         [
-            "train",
             "--config-name",
             "kuhn",
             *CONDITIONS[condition],
             f"model={args.model}",
-            f"seed={seed}",
             f"train.steps={args.steps}",
             f"train.exploitability_every={args.every}",
             "logging.progress=false",
             *args.extra,
-            f"hydra.run.dir={where}",
         ],
+        Path(args.runs) / condition,
+        missing,
         args.threads,
-        f"{condition} seed {seed}",
-        log=where.parent / f"{where.name}.log",
+        args.parallel,
+        condition,
     )
-    (where / "wall_s.json").write_text(json.dumps(wall))
-    print(f"  {condition} seed {seed}: {wall:.0f} s", flush=True)
+    for seed, wall in sorted(walls.items()):
+        print(f"  {condition} seed {seed}: {wall:.0f} s", flush=True)
 
 
 def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, Any]:
@@ -509,7 +507,10 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
     parser.add_argument("--runs", default=str(DEFAULT_RUNS))
     parser.add_argument("--out", default=str(DEFAULT_OUT))
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="CPUs (torch threads) per run")
+    parser.add_argument(
+        "--parallel", type=int, default=None, help="runs at once (default: as the cores hold)"
+    )
     parser.add_argument("--no-train", action="store_true", help="tabulate the runs there only")
     parser.add_argument("extra", nargs="*", help="more marl train overrides for every run")
     args = parser.parse_args()
@@ -525,9 +526,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     for condition in args.conditions:
+        if not args.no_train:
+            train_missing(args, condition, args.seeds)
         for seed in args.seeds:
-            if not args.no_train:
-                train_missing(args, condition, seed)
             if not finished(args, condition, seed):
                 print(f"  {condition} seed {seed}: no finished run, left out", flush=True)
                 continue

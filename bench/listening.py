@@ -26,6 +26,10 @@ Cross-play: the five ``warmup_rl`` pairs and the base model, every speaker with 
 ``--crossplay-episodes`` (24) held-out scenarios per cell
 (:func:`marl.competition.role_eval.role_crossplay`).
 
+A condition's missing runs are one sweep on the Ray launcher (``marl train -m ... launcher=ray``,
+docs/sweeps.md): each run reserves ``--threads`` CPUs (1), as many at once as the cores hold
+(``--parallel`` caps it).
+
     .venv/bin/python bench/listening.py                  # train what is missing, then measure
     .venv/bin/python bench/listening.py --conditions warmup_rl --seeds 0   # one run
 
@@ -47,8 +51,8 @@ from common import (  # noqa: E402  (bench helpers)
     paired,
     read_scalars,
     run_command,
-    run_marl,
     run_sampling,
+    run_sweep,
 )
 
 from marl.analysis.stats import seed_clustered  # noqa: E402
@@ -69,25 +73,26 @@ def run_dir(args: argparse.Namespace, condition: str, seed: int) -> Path:
     return Path(args.runs) / condition / f"seed{seed}"
 
 
-def train_missing(args: argparse.Namespace, condition: str, seed: int) -> None:
-    """Train the run unless its final checkpoint is there."""
+def train_missing(args: argparse.Namespace, condition: str, seeds: list[int]) -> None:
+    """Train the condition's runs that have no final checkpoint, as one sweep on the Ray
+    launcher (``--parallel`` at once, ``--threads`` CPUs each)."""
     overrides, steps = CONDITIONS[condition]
-    where = run_dir(args, condition, seed)
-    if (where / "checkpoints" / f"step_{steps:06d}" / "state.pt").is_file():
+    final = f"checkpoints/step_{steps:06d}/state.pt"
+    missing = [seed for seed in seeds if not (run_dir(args, condition, seed) / final).is_file()]
+    if not missing:
         return
-    run_marl(
+    run_sweep(
         [
-            "train",
             *overrides,
-            f"seed={seed}",
             "logging.progress=false",
             "emergence.counterfactuals=0",  # measured here, on the checkpoints
             "train.checkpoint_every=10",
-            f"hydra.run.dir={where}",
         ],
+        Path(args.runs) / condition,
+        missing,
         args.threads,
-        f"{condition} seed {seed}",
-        log=where.parent / f"{where.name}.log",
+        args.parallel,
+        condition,
     )
 
 
@@ -303,7 +308,11 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--runs", default=str(ROOT / "runs" / "signal5"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "listening"))
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="CPUs (torch threads) per run")
+    parser.add_argument(
+        "--parallel", type=int, default=None, help="runs at once (default: as the cores hold)"
+    )
+    parser.add_argument("--measure-threads", type=int, default=2, help="torch threads measuring")
     parser.add_argument("--listening-episodes", type=int, default=16)
     parser.add_argument("--counterfactuals", type=int, default=8)
     parser.add_argument("--crossplay-episodes", type=int, default=24)
@@ -313,14 +322,14 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.measure_threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     for condition in args.conditions:
+        if not args.no_train:
+            train_missing(args, condition, args.seeds)
         for seed in args.seeds:
-            if not args.no_train:
-                train_missing(args, condition, seed)
             if not (run_dir(args, condition, seed) / "tensorboard").is_dir():
                 print(f"  {condition} seed {seed}: no run, left out", flush=True)
                 continue

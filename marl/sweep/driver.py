@@ -45,12 +45,23 @@ class SweepJob:
     error: str = ""  # why it did not run (refused, another run's folder, a config error)
     outcome: JobOutcome | None = None
     extra: list[str] = field(default_factory=list)  # overrides the launcher added (resume=)
+    common: frozenset[str] = frozenset()  # overrides every job of the sweep has
 
     @property
     def label(self) -> str:
-        """``#3 seed=1 algo=gspo``: the job's number and overrides, for the launcher's lines."""
-        shown = " ".join(o for o in self.overrides if not o.startswith("hydra"))
+        """``#3 seed=1 algo=gspo``: the job's number and the overrides that tell it from the
+        sweep's other jobs, for the launcher's lines."""
+        shown = " ".join(o for o in self.overrides if o not in self.common)
         return f"#{self.num} {shown}".rstrip()
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is under it (as the user typed it),
+    else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def format_seconds(seconds: float) -> str:
@@ -99,7 +110,7 @@ def _prepare(launcher: Any, overrides: list[str], num: int, nodes: list, where: 
     job = SweepJob(num, overrides, sweep_config, job_dir, state)
     if state.kind == "foreign":
         job.error = (
-            f"not run: {job_dir} {state.detail}; nothing there was touched (choose another "
+            f"not run: {shown(job_dir)} {state.detail}; nothing there was touched (choose another "
             "hydra.sweep.dir, or move that folder away)"
         )
         return job
@@ -195,7 +206,9 @@ def _result_line(job: SweepJob) -> str:
         shown = [f"{k} {o.metrics[k]:+.3f}" for k in ("team/reward",) if k in o.metrics]
         tail = f" ({', '.join(shown)})" if shown else ""
         return f"  {job.label}: finished in {format_seconds(o.wall_s)}{tail}"
-    return f"  {job.label}: FAILED after {format_seconds(o.wall_s)} in {job.job_dir}: {o.error}"
+    return (
+        f"  {job.label}: FAILED after {format_seconds(o.wall_s)} in {shown(job.job_dir)}: {o.error}"
+    )
 
 
 def _job_return(job: SweepJob) -> Any:
@@ -238,6 +251,10 @@ def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list[Any]
             _prepare(launcher, list(o), initial_job_idx + i, nodes, where)
             for i, o in enumerate(job_overrides)
         ]
+        if len(jobs) > 1:
+            common = frozenset.intersection(*(frozenset(j.overrides) for j in jobs))
+            for job in jobs:
+                job.common = common
         refused = [j for j in jobs if j.error.startswith("refused:")]
         if refused:
             for job in refused:
@@ -254,20 +271,20 @@ def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list[Any]
         print(
             f"sweep: {len(jobs)} job(s) on {where} ({len(nodes)} node(s), {cpus:g} CPUs, "
             f"{gpus:g} GPUs); {len(todo)} to run, each reserving {per_job}; "
-            f"{len(skipped)} finished before; output: {sweep_dir}/<job>/{OUTPUT_LOG}",
+            f"{len(skipped)} finished before; output: {shown(sweep_dir)}/<job>/{OUTPUT_LOG}",
             flush=True,
         )
         for job in skipped:
-            print(f"  {job.label}: skipped, finished before in {job.job_dir}", flush=True)
+            print(f"  {job.label}: skipped, finished before in {shown(job.job_dir)}", flush=True)
         for job in jobs:
             if job.error:
                 print(f"  {job.label}: {job.error}", file=sys.stderr, flush=True)
             elif job.state.kind == "resume":
-                print(f"  {job.label}: resumes from {job.state.checkpoint}", flush=True)
+                print(f"  {job.label}: resumes from {shown(job.state.checkpoint)}", flush=True)
         limit = settings.max_parallel or len(todo) or 1
         queue = list(todo)
         progress = OmegaConf.select(config, "logging.progress", default=True)
-        shown = (-1, -1)
+        counts = (-1, -1)
         with tqdm(
             total=len(todo), desc="sweep", unit="job", disable=not progress, file=sys.stderr
         ) as bar:
@@ -286,9 +303,9 @@ def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list[Any]
                     remove_placement_group(groups.pop(job.num))
                     bar.write(_result_line(job))
                     bar.update(1)
-                if (len(running), len(queue)) != shown:
-                    shown = (len(running), len(queue))
-                    bar.set_postfix(running=shown[0], queued=shown[1])
+                if (len(running), len(queue)) != counts:
+                    counts = (len(running), len(queue))
+                    bar.set_postfix(running=counts[0], queued=counts[1])
     except KeyboardInterrupt:
         for ref in running:
             ray.cancel(ref, force=True)
@@ -323,7 +340,7 @@ def _summarize(jobs: list[SweepJob], wall: float) -> list[Any]:
     )
     for job in failed:
         error = job.error or (job.outcome.error if job.outcome else "")
-        print(f"  failed {job.label}: {job.job_dir}: {error}", file=sys.stderr, flush=True)
+        print(f"  failed {job.label}: {shown(job.job_dir)}: {error}", file=sys.stderr, flush=True)
     if failed:
         raise SystemExit(min(len(failed), MAX_EXIT_STATUS))
     return [_job_return(j) for j in jobs]
