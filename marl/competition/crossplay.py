@@ -54,7 +54,6 @@ import csv
 import json
 import math
 import os
-import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -72,6 +71,7 @@ from marl.competition.players import (
 )
 from marl.competition.ratings import Game, bootstrap_ratings, outcome, score_of
 from marl.errors import RunError
+from marl.runtime.seeding import held_out_seeds
 
 __all__ = ["crossplay", "individual_payoffs", "main", "seat_payoffs"]
 
@@ -150,8 +150,7 @@ def crossplay(
         for i in range(len(names))
         for j in range(i if mode == "cooperative" else i + 1, len(names))
     ]
-    rng = random.Random(f"{seed}:crossplay")
-    scenario_seeds = [rng.randrange(2**31) for _ in range((episodes + 1) // 2)]
+    scenario_seeds = held_out_seeds(f"{seed}:crossplay", (episodes + 1) // 2)
     slots, meta = [], []
     for pair_index, (row, col) in enumerate(pairs):
         for k in range(episodes):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 
 from marl.analysis.stats import wilson
 from marl.errors import RunError
+from marl.runtime.seeding import held_out_seeds
 
 __all__ = [
     "Pair",
@@ -159,8 +159,7 @@ def role_crossplay(
     for p in pairs:
         backends[f"{p.name}/speaker"] = p.speaker
         backends[f"{p.name}/listener"] = p.listener
-    rng = random.Random(f"{seed}:crossplay_roles")
-    seeds = [rng.randrange(2**31) for _ in range(episodes)]
+    seeds = held_out_seeds(f"{seed}:crossplay_roles", episodes)
     sampling = sampling or SamplingConfig(max_new_tokens=12, temperature=1.0)
 
     def nobody(agent: str) -> str:
@@ -229,8 +228,7 @@ def pair_listening(
 
     overrides = dict(overrides or {})
     sampling = sampling or SamplingConfig(max_new_tokens=12, temperature=1.0)
-    rng = random.Random(f"{seed}:listening")
-    seeds = [rng.randrange(2**31) for _ in range(episodes)]
+    seeds = held_out_seeds(f"{seed}:listening", episodes)
     out: dict[str, dict[str, Any]] = {}
     for p in _progress(pairs, progress):
         result = listening_per_scenario(

@@ -16,6 +16,14 @@ warm-up's scenario seeds are drawn from ``[0, 2**31)``, the held-out evaluation'
 construction, so no evaluation scenario is ever trained on."""
 
 
+def held_out_seeds(key: str, count: int) -> list[int]:
+    """``count`` held-out scenario seeds, a pure function of ``key`` (say ``"3:listening"``):
+    each in ``[HELD_OUT_SEEDS, 2 * HELD_OUT_SEEDS)``, where no training seed lies. Every
+    evaluation draws its scenarios here (tests/marl/test_held_out_seeds.py checks the callers)."""
+    rng = random.Random(key)
+    return [HELD_OUT_SEEDS + rng.randrange(HELD_OUT_SEEDS) for _ in range(count)]
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's and torch's global generators."""
     random.seed(seed)

@@ -22,7 +22,7 @@ from marl.config import Config, ConfigError
 from marl.credit import CreditResult, RecordedEpisode, Resimulator
 from marl.runtime.policy_map import PolicyPlan
 from marl.runtime.rollout import EpisodeSlot, RolloutResult
-from marl.runtime.seeding import HELD_OUT_SEEDS
+from marl.runtime.seeding import HELD_OUT_SEEDS, held_out_seeds
 from marl.scenarios.registry import make
 
 
@@ -37,8 +37,7 @@ def eval_seeds(seed: int, count: int) -> list[int]:
     """The held-out evaluation's scenario seeds, a pure function of the run seed: each at or
     above :data:`~marl.runtime.seeding.HELD_OUT_SEEDS`, where no training seed lies, so the two sets
     are disjoint whatever the seeds and the number of steps."""
-    rng = random.Random(f"{seed}:eval:scenario")
-    return [HELD_OUT_SEEDS + rng.randrange(HELD_OUT_SEEDS) for _ in range(count)]
+    return held_out_seeds(f"{seed}:eval:scenario", count)
 
 
 def split_groups(groups: int, workers: int) -> list[list[int]]:
