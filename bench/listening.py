@@ -66,7 +66,16 @@ CONDITIONS: dict[str, tuple[list[str], int]] = {
     "cut": (["--config-name", "demo", CUT], 20),
     "code": (["--config-name", "code"], 40),
 }
-METRICS = ("cic", "influence", "success", "null_success", "swap_follow", "off_set")
+METRICS = (
+    "cic",
+    "cic_given_target",
+    "influence",
+    "success",
+    "null_success",
+    "swap_follow",
+    "off_set",
+)
+OFF_SET_LIMIT = 0.5  # marl.analysis.listening.OFF_SET_LIMIT: above it a measure is flagged
 
 
 def run_dir(args: argparse.Namespace, condition: str, seed: int) -> Path:
@@ -112,11 +121,10 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     measured: dict[str, Any] = {}
     for step in points:
         checkpoint = where / "checkpoints" / f"step_{step:06d}"
-        # no step-0 checkpoint (no warm-up): RL starts from the base model, measured once
+        # no step-0 checkpoint (no warm-up): RL starts from the base model, measured for this
+        # run on its own scenarios (never one measurement copied to every seed)
         base = not checkpoint.is_dir()
-        cache = (
-            Path(args.runs) / f"base_{scenario}.json" if base else where / f"listening_{step}.json"
-        )
+        cache = where / (f"listening_base_{step}.json" if base else f"listening_{step}.json")
         if cache.is_file():
             measured[str(step)] = json.loads(cache.read_text())
             continue
@@ -128,7 +136,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
             overrides,
             episodes=args.listening_episodes,
             counterfactuals=args.counterfactuals,
-            seed=args.eval_seed,
+            seed=eval_seed(args.eval_seed, seed),
             sampling=sampling,
         )[f"s{seed}"]
         result["checkpoint"] = spec.split("=", 1)[1]
@@ -147,6 +155,13 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     }
 
 
+def eval_seed(base: int, run_seed: int) -> int:
+    """The listening measurement's seed for the run of ``run_seed``: each run draws its own
+    held-out scenarios (:func:`marl.runtime.seeding.held_out_seeds`), so the seeds' values are
+    independent draws and their interval is one over seeds x scenarios."""
+    return base * 1_000_003 + run_seed
+
+
 def _saved_config(where: Path) -> dict[str, Any]:
     import yaml
 
@@ -158,12 +173,20 @@ def _last(scalars: dict[str, list[float]], tag: str) -> float | None:
     return values[-1] if values else None
 
 
-def clustered(values: list[float | None]) -> dict[str, float] | None:
-    """Seed-clustered mean and 95% interval (one value per seed)."""
+BOUNDS = {"cic": (0.0, math.inf), "cic_given_target": (0.0, math.inf), "influence": (0.0, math.inf)}
+
+
+def clustered(
+    values: list[float | None], bounds: tuple[float, float] = (0.0, 1.0)
+) -> dict[str, float] | None:
+    """Seed-clustered mean and 95% interval (one value per seed), the interval clipped to the
+    measure's range ``bounds`` (a probability's by default)."""
     kept = [v for v in values if v is not None]
     if not kept:
         return None
     mean, low, high = seed_clustered([[v] for v in kept])
+    if not math.isnan(low):
+        low, high = max(low, bounds[0]), min(high, bounds[1])
     return {"mean": mean, "low": low, "high": high, "seeds": len(kept)}
 
 
@@ -180,10 +203,14 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
         "after": clustered(after),
         "change": paired(before, after, least=2),
     }
-    out["speaker_mi"] = clustered([r["speaker_mi"] for r in mine])
+    out["speaker_mi"] = clustered([r["speaker_mi"] for r in mine], (0.0, math.inf))
     for step in sorted({s for r in mine for s in r["listening"]}, key=int):
         out[f"listening_{step}"] = {
-            m: clustered([(r["listening"].get(step) or {}).get(m) for r in mine]) for m in METRICS
+            m: clustered(
+                [(r["listening"].get(step) or {}).get(m) for r in mine],
+                BOUNDS.get(m, (0.0, 1.0)),
+            )
+            for m in METRICS
         }
     first, last = "0", str(steps)
     out["cic_change"] = paired(
@@ -208,10 +235,16 @@ def markdown(table: dict[str, Any], args: argparse.Namespace) -> str:
         f"{64} scenarios per run; listening measures: {args.listening_episodes} held-out "
         f"scenarios, K = {args.counterfactuals} speaker replies each.",
         "",
+        "Intervals are clipped to each measure's range (success in [0, 1], CIC >= 0). Each run "
+        "is measured on its own held-out scenarios. An off-set above "
+        f"{OFF_SET_LIMIT} (the listener mostly writes none of the scored texts) is flagged `!`: "
+        "its normalised measures then describe replies it rarely writes.",
+        "",
         "| condition | seeds | held-out success before -> after | change (paired) | "
-        "CIC before -> after (bits) | influence after | swap followed after | "
-        "null-message success after | speaker MI after (bits) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "CIC before -> after (bits) | CIC given target after | influence after | "
+        "swap followed after | null-message success after | off-set after | "
+        "speaker MI after (bits) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for condition in CONDITIONS:
         a = table.get(condition)
@@ -220,11 +253,14 @@ def markdown(table: dict[str, Any], args: argparse.Namespace) -> str:
         _, steps = CONDITIONS[condition]
         s = a["heldout_success"]
         before, after = a.get("listening_0", {}), a.get(f"listening_{steps}", {})
+        off = after.get("off_set")
+        flag = " !" if off and off["mean"] > OFF_SET_LIMIT else ""
         lines.append(
             f"| {condition} | {len(a['seeds'])} | {_fmt(s['before'])} -> {_fmt(s['after'])} | "
             f"{_fmt(s['change'])} | {_fmt(before.get('cic'))} -> {_fmt(after.get('cic'))} | "
-            f"{_fmt(after.get('influence'))} | {_fmt(after.get('swap_follow'))} | "
-            f"{_fmt(after.get('null_success'))} | {_fmt(a['speaker_mi'])} |"
+            f"{_fmt(after.get('cic_given_target'))} | {_fmt(after.get('influence'))} | "
+            f"{_fmt(after.get('swap_follow'))} | {_fmt(after.get('null_success'))} | "
+            f"{_fmt(off)}{flag} | {_fmt(a['speaker_mi'])} |"
         )
     return "\n".join(lines)
 

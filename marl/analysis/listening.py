@@ -44,7 +44,11 @@ scenarios (one per seed), with the policies held fixed (no update in between):
      written (malformed, or another spelling), given the sent message.
 
 Each value is reported as the mean over scenarios with a 95% t-interval over scenarios
-(:func:`marl.analysis.stats.mean_interval`); across training runs, report the mean of per-run means
+(:func:`marl.analysis.stats.mean_interval`), clipped to the measure's range (:data:`BOUNDS`:
+a probability's interval stops at 0 and 1, a divergence's at 0). A pair whose mean ``off_set``
+is above 0.5 (:data:`OFF_SET_LIMIT`) is flagged: ``eval/listening/off_set_flag`` is 1 and the
+printed line says so, since its normalised distributions then describe replies the listener
+rarely writes; across training runs, report the mean of per-run means
 with a t-interval over runs (:func:`marl.analysis.stats.seed_clustered`).
 
 The speaker's message is measured as it is delivered: with the edge cut (a control), the
@@ -89,6 +93,23 @@ LISTENING_METRICS = (
     "off_set",
 )
 NULL_REPLY = "ACTION: wait"  # a speaker's reply with no SAY line: nothing is sent
+# Each measure's range: a t-interval is clipped to it (a probability's interval never passes 1,
+# a divergence's never goes below 0). The CICs and influence have no fixed upper bound here
+# (log2 of the scenario's action count).
+BOUNDS = {
+    "cic": (0.0, math.inf),
+    "cic_given_target": (0.0, math.inf),
+    "influence": (0.0, math.inf),
+    "success": (0.0, 1.0),
+    "null_success": (0.0, 1.0),
+    "swap_follow": (0.0, 1.0),
+    "swap_success": (0.0, 1.0),
+    "off_set": (0.0, 1.0),
+}
+OFF_SET_LIMIT = 0.5
+"""Above this mean off-set mass, the listener mostly writes replies that are none of the scored
+texts: its normalised distributions describe replies it rarely writes, and every measure of the
+pair is flagged (``eval/listening/off_set_flag`` = 1, and in the printed line)."""
 
 Sampler = Callable[[Sequence[Any], int], list[list[str]]]
 """``(requests, k) -> k reply texts per request``: the speaker's policy, sampled
@@ -148,7 +169,8 @@ class ListeningResult:
     counterfactuals: int
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """``{metric: {"mean", "low", "high", "n"}}`` with 95% t-intervals over scenarios."""
+        """``{metric: {"mean", "low", "high", "n"}}`` with 95% t-intervals over scenarios,
+        clipped to the measure's range (:data:`BOUNDS`)."""
         from marl.analysis.stats import mean_interval
 
         out = {}
@@ -157,16 +179,27 @@ class ListeningResult:
             if not finite:
                 continue
             mean, low, high = mean_interval(finite)
+            lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
+            if not math.isnan(low):
+                low, high = max(low, lo), min(high, hi)
             out[name] = {"mean": mean, "low": low, "high": high, "n": float(len(finite))}
         return out
 
+    def off_set_exceeded(self) -> bool:
+        """Whether the listener's mean off-set mass is above :data:`OFF_SET_LIMIT`."""
+        off = self.summary().get("off_set")
+        return off is not None and off["mean"] > OFF_SET_LIMIT
+
     def scalars(self, prefix: str = "eval/listening/") -> dict[str, float]:
-        """The means as TensorBoard scalars (``<prefix><metric>``), with ``_low``/``_high``."""
+        """The means as TensorBoard scalars (``<prefix><metric>``), with ``_low``/``_high``,
+        and ``<prefix>off_set_flag``: 1 when the off-set mass is above :data:`OFF_SET_LIMIT`
+        (logged every time, 0 included)."""
         out: dict[str, float] = {}
         for name, s in self.summary().items():
             out[f"{prefix}{name}"] = s["mean"]
             out[f"{prefix}{name}_low"] = s["low"]
             out[f"{prefix}{name}_high"] = s["high"]
+        out[f"{prefix}off_set_flag"] = float(self.off_set_exceeded())
         return out
 
 

@@ -201,13 +201,24 @@ class RunSummary:
         points = self.history[CIC]
         head = f"after {points[0][0]} updates"
         tail = f" -> after {points[-1][0]} updates" if len(points) > 1 else ""
+        given = ""
+        if self.history.get(f"{LISTENING}cic_given_target"):
+            given = f" (given the target: {at('cic_given_target', -1)})"
         lines = [
             f"listening (held-out, exact; 95% t-intervals over scenarios): CIC {head} "
-            f"{at('cic', 0)}{tail}{' ' + at('cic', -1) if tail else ''} bits",
+            f"{at('cic', 0)}{tail}{' ' + at('cic', -1) if tail else ''} bits{given}",
             f"interventions {'after ' + str(points[-1][0]) + ' updates'}: message swap followed "
             f"{at('swap_follow', -1)}, success with no message {at('null_success', -1)}, "
             f"with the sent message {at('success', -1)}",
         ]
+        flags = [step for step, flag in self.history.get(f"{LISTENING}off_set_flag", []) if flag]
+        if flags:
+            lines.append(
+                f"listening: FLAGGED after {', '.join(map(str, flags))} updates: the listener put "
+                f"more than half its mass on replies none of the scored texts "
+                f"(off-set {at('off_set', -1)}), so these measures describe replies it rarely "
+                "writes"
+            )
         return lines
 
     def plot(self, path: Path) -> Path | None:

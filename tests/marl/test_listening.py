@@ -95,6 +95,28 @@ def test_a_listener_that_ignores_the_message_has_no_influence() -> None:
     assert 0.1 < success < 0.45  # the first candidate is the target a quarter of the time
 
 
+def test_intervals_stay_in_each_measures_range_and_a_mostly_off_set_listener_is_flagged() -> None:
+    def mumbling(requests: Sequence[Any], texts: Sequence[Sequence[str]]):
+        """Follows what it hears, but writes a scored text only 30% of the time."""
+        probs, _ = listener_following(requests, texts)
+        return probs, [0.7] * len(requests)
+
+    result = measure(lambda: make("signal-v1"), SEEDS[:12], naming_speaker, mumbling)
+    summary = result.summary()
+    for name, s in summary.items():
+        assert s["low"] <= s["mean"] <= s["high"], name
+    assert summary["success"]["high"] <= 1.0 and summary["off_set"]["mean"] == pytest.approx(0.7)
+    assert result.off_set_exceeded() and result.scalars()["eval/listening/off_set_flag"] == 1.0
+    heard = measure(lambda: make("signal-v1"), SEEDS[:12], naming_speaker, listener_deaf)
+    assert heard.scalars()["eval/listening/off_set_flag"] == 0.0  # 0.25: logged, not flagged
+    # a success that is 1 on every scenario but one: its t-interval would pass 1 unclipped
+    from marl.analysis.listening import ListeningResult
+
+    nearly = ListeningResult({"success": [1.0] * 9 + [0.5], "cic": [0.0] * 9 + [0.1]}, (), 8)
+    assert nearly.summary()["success"]["high"] == 1.0
+    assert nearly.summary()["cic"]["low"] == 0.0
+
+
 def test_a_silent_speaker_has_no_influence_and_the_listener_gets_chance() -> None:
     def silent(requests: Sequence[Any], k: int) -> list[list[str]]:
         return [["ACTION: wait"] * k for _ in requests]

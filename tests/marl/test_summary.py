@@ -113,6 +113,25 @@ def test_the_exact_listening_measures_get_their_lines_with_intervals() -> None:
     ) in lines
     assert not any("sampled null message" in line for line in lines)  # the exact one replaces it
     assert summary.finals()["final/eval/listening/cic"] == 1.9
+    assert not any("FLAGGED" in line for line in lines)
+
+
+def test_a_listener_mostly_off_the_scored_texts_is_flagged_and_cic_given_target_shown() -> None:
+    summary = RunSummary(episodes_per_step=16)
+    for step, off in ((0, 0.2), (20, 0.8)):
+        summary.add(
+            step,
+            {
+                "eval/listening/cic": 1.0,
+                "eval/listening/cic_given_target": 0.3,
+                "eval/listening/off_set": off,
+                "eval/listening/off_set_flag": float(off > 0.5),
+            },
+        )
+    lines = summary.lines()
+    assert any(line.endswith("bits (given the target: 0.30)") for line in lines), lines
+    flagged = [line for line in lines if "FLAGGED" in line]
+    assert len(flagged) == 1 and "after 20 updates" in flagged[0] and "off-set 0.80" in flagged[0]
 
 
 def test_exploitability_gets_a_line_and_finals() -> None:

@@ -1,0 +1,62 @@
+"""bench/listening.py (issue 26's experiment, corrected by issue 40) on runs given as data: each
+run measured on its own held-out scenarios, intervals inside each measure's range, CIC given the
+target beside CIC, and a listener mostly off the scored texts flagged in the table."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "bench_listening", ROOT / "bench" / "listening.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+listening = _bench()
+
+
+def run(condition: str, seed: int, success: float, off_set: float) -> dict:
+    """A run as bench/listening.py's ``measure`` returns it."""
+    _, steps = listening.CONDITIONS[condition]
+    after = {m: 0.5 for m in listening.METRICS}
+    after.update(success=success, off_set=off_set, cic=1.9 + 0.02 * seed, cic_given_target=0.1)
+    before = {m: 0.2 for m in listening.METRICS}
+    return {
+        "condition": condition,
+        "seed": seed,
+        "heldout_success": {"before": 0.5, "after": success},
+        "speaker_mi": 0.4,
+        "listening": {"0": before, str(steps): after},
+    }
+
+
+def test_each_run_is_measured_on_its_own_scenarios() -> None:
+    seeds = {listening.eval_seed(0, run_seed) for run_seed in range(5)}
+    assert len(seeds) == 5
+    assert listening.eval_seed(1, 0) not in {listening.eval_seed(0, s) for s in range(100)}
+
+
+def test_intervals_stay_in_range_and_an_off_set_listener_is_flagged() -> None:
+    runs = [run("warmup_rl", s, 1.0 if s else 0.9, 0.1) for s in range(5)]
+    runs += [run("rl", s, 0.97, 0.9) for s in range(5)]
+    table = {c: listening.aggregate(runs, c) for c in ("warmup_rl", "rl")}
+    success = table["warmup_rl"]["listening_20"]["success"]
+    assert success["high"] == 1.0 and success["low"] < success["mean"] < 1.0
+    assert table["warmup_rl"]["listening_20"]["cic_given_target"]["mean"] == 0.1
+    text = listening.markdown(table, argparse.Namespace(listening_episodes=16, counterfactuals=8))
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["| rl"].count(" !") == 1 and " !" not in rows["| warmup_rl"]
+    header = rows["| condition"].split(" | ")
+    assert "CIC given target after" in header and "off-set after" in header
+    assert all(line.count("|") == rows["| condition"].count("|") for line in rows.values())
