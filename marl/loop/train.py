@@ -33,7 +33,13 @@ from marl.credit import is_counterfactual
 from marl.credit.advantages import RoleBaselines, advantage_scope
 from marl.loop.credit_phase import credit_phase, mean_influence
 from marl.loop.timing import StepTimer
-from marl.runtime.checkpoint import check_resume, check_weights, load_checkpoint, save_checkpoint
+from marl.runtime.checkpoint import (
+    check_resume,
+    check_run_folder,
+    check_weights,
+    load_checkpoint,
+    save_checkpoint,
+)
 from marl.runtime.local import Runtime, make_runtime
 from marl.runtime.machine import fit_machine, local_gpu_count, memory_metrics
 from marl.runtime.policy_map import PolicyPlan, assign_gpus, assign_shares, plan_for
@@ -143,6 +149,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
     if resume is not None:
         check_resume(resume, config)  # the scenario it was trained on
     run_dir = Path(run_dir) if run_dir is not None else run_dir_of(cfg)
+    check_run_folder(run_dir, config.resume)  # never over another run's checkpoints or events
     run_dir.mkdir(parents=True, exist_ok=True)
     config_yaml = OmegaConf.to_yaml(OmegaConf.structured(config))
     (run_dir / "config.yaml").write_text(config_yaml)

@@ -248,6 +248,38 @@ def _inside(root: Path, step_dir: Path) -> bool:
         return False
 
 
+def check_run_folder(run_dir: str | Path, resume: str | Path | None) -> None:
+    """Refuse to start a run in a folder that holds another run's checkpoints or TensorBoard
+    events (its ``step_N`` would be overwritten, its ``latest`` repointed, its curves mixed with
+    the new run's), unless ``resume`` names a checkpoint inside that folder: a run continued
+    where it stopped. One line naming the folder and what it holds."""
+    run_dir = Path(run_dir)
+    held = []
+    root = run_dir / "checkpoints"
+    if root.is_dir():
+        steps = sorted(p.name for p in root.iterdir() if _STEP_DIR.fullmatch(p.name))
+        if steps:
+            shown = ", ".join(steps[:3]) + (", ..." if len(steps) > 3 else "")
+            held.append(f"checkpoints ({shown})")
+    events = run_dir / "tensorboard"
+    if events.is_dir() and any(p.name.startswith("events.out.tfevents") for p in events.rglob("*")):
+        held.append("TensorBoard events")
+    if not held:
+        return
+    if resume is not None:
+        try:
+            inside = Path(resume).resolve().is_relative_to(run_dir.resolve())
+        except OSError:
+            inside = False
+        if inside:
+            return
+    raise RunError(
+        f"hydra.run.dir: the run folder {run_dir} already holds another run's "
+        f"{' and '.join(held)}; a new run there would overwrite or mix with them. Choose another "
+        f"folder, or continue that run with resume={run_dir}"
+    )
+
+
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
     """The complete ``step_N`` checkpoints of the run in ``run_dir`` (each with its manifest),
     oldest first."""
