@@ -297,14 +297,30 @@ def _complete_steps(root: Path) -> list[Path]:
     return [entry for _, entry in sorted(found)]
 
 
+def _newest_instead(root: Path, latest: Path, why: str) -> Path:
+    """The newest complete step when ``latest`` is empty or unreadable, with one warning line
+    (a pointer that names anything is followed or refused, never guessed past)."""
+    steps = _complete_steps(root)
+    if not steps:
+        raise RunError(f"resume: {latest} {why}, and {root} holds no complete step_N directory")
+    print(
+        f"resume: {latest} {why}; taking {steps[-1].name}, the newest complete step",
+        file=sys.stderr,
+        flush=True,
+    )
+    return steps[-1]
+
+
 def _follow_latest(root: Path, latest: Path) -> Path:
     if latest.is_symlink():
         raise RunError(f"resume: {latest} is a symbolic link; refusing to follow it")
     try:
         raw = read_bounded(latest, MAX_LATEST_BYTES)
-    except OSError as exc:
-        raise RunError(f"resume: cannot read {latest}: {exc.strerror or exc}") from None
-    name = raw.decode("utf-8", errors="replace").strip()
+        name = raw.decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError, RunError) as exc:
+        return _newest_instead(root, latest, f"cannot be read ({_first_line(exc)})")
+    if not name:
+        return _newest_instead(root, latest, "is empty")
     if not _STEP_DIR.fullmatch(name):
         raise RunError(
             f"resume: {latest} names {short(name)}, not a step_N directory; refusing to follow it"

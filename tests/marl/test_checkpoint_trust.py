@@ -560,3 +560,18 @@ def test_marl_train_resumes_from_the_newest_complete_step_after_a_killed_resave(
     ) in done.stderr.splitlines()
     assert "Traceback" not in done.stderr
     assert load_checkpoint(tmp_path / "resumed")["step"] == 2
+
+
+def test_an_empty_or_unreadable_latest_falls_back_with_one_warning(tmp_path: Path, capsys) -> None:
+    save_checkpoint(tmp_path, 1, fake_state(1))
+    newest = save_checkpoint(tmp_path, 2, fake_state(2))
+    latest = tmp_path / "checkpoints" / "latest"
+    for content, why in ((b"", "is empty"), (b"\xff\xfe\x00", "cannot be read")):
+        latest.write_bytes(content)
+        assert resolve_checkpoint(tmp_path) == newest
+        warning = capsys.readouterr().err.strip().splitlines()
+        assert len(warning) == 1 and why in warning[0] and "step_000002" in warning[0]
+    latest.unlink()
+    os.mkfifo(latest)  # not a regular file: refused without blocking, then the fallback
+    assert resolve_checkpoint(tmp_path) == newest
+    assert "cannot be read" in capsys.readouterr().err
