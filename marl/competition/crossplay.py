@@ -71,7 +71,6 @@ from marl.competition.players import (
 )
 from marl.competition.ratings import Game, bootstrap_ratings, outcome, score_of
 from marl.errors import RunError
-from marl.runtime.seeding import held_out_seeds
 
 __all__ = ["crossplay", "individual_payoffs", "main", "seat_payoffs"]
 
@@ -150,6 +149,8 @@ def crossplay(
         for i in range(len(names))
         for j in range(i if mode == "cooperative" else i + 1, len(names))
     ]
+    from marl.runtime.seeding import held_out_seeds
+
     scenario_seeds = held_out_seeds(f"{seed}:crossplay", (episodes + 1) // 2)
     slots, meta = [], []
     for pair_index, (row, col) in enumerate(pairs):

@@ -32,7 +32,6 @@ from typing import Any
 
 from marl.analysis.stats import wilson
 from marl.errors import RunError
-from marl.runtime.seeding import held_out_seeds
 
 __all__ = [
     "Pair",
@@ -159,6 +158,8 @@ def role_crossplay(
     for p in pairs:
         backends[f"{p.name}/speaker"] = p.speaker
         backends[f"{p.name}/listener"] = p.listener
+    from marl.runtime.seeding import held_out_seeds
+
     seeds = held_out_seeds(f"{seed}:crossplay_roles", episodes)
     sampling = sampling or SamplingConfig(max_new_tokens=12, temperature=1.0)
 
@@ -228,6 +229,8 @@ def pair_listening(
 
     overrides = dict(overrides or {})
     sampling = sampling or SamplingConfig(max_new_tokens=12, temperature=1.0)
+    from marl.runtime.seeding import held_out_seeds
+
     seeds = held_out_seeds(f"{seed}:listening", episodes)
     out: dict[str, dict[str, Any]] = {}
     for p in _progress(pairs, progress):

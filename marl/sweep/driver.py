@@ -203,8 +203,8 @@ def _result_line(job: SweepJob) -> str:
     o = job.outcome
     assert o is not None
     if o.status == "finished":
-        shown = [f"{k} {o.metrics[k]:+.3f}" for k in ("team/reward",) if k in o.metrics]
-        tail = f" ({', '.join(shown)})" if shown else ""
+        values = [f"{k} {o.metrics[k]:+.3f}" for k in ("team/reward",) if k in o.metrics]
+        tail = f" ({', '.join(values)})" if values else ""
         return f"  {job.label}: finished in {format_seconds(o.wall_s)}{tail}"
     return (
         f"  {job.label}: FAILED after {format_seconds(o.wall_s)} in {shown(job.job_dir)}: {o.error}"

@@ -143,6 +143,8 @@ def run_sweep_job(spec: JobSpec) -> JobOutcome:
         )
         failed = ret.status != JobStatus.COMPLETED
         value = ret._return_value
+        sys.stdout.flush()
+        sys.stderr.flush()  # the job's "error: ..." line is in the log before it is read
         if failed:
             text = f"{type(value).__name__}: {value}"
             if not isinstance(value, JobExit):

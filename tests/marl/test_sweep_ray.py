@@ -188,6 +188,8 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(tmp_p
         text=True,
         cwd=tmp_path,
         env=marl_env(),
+        # as from a shell: an xdist worker ignores SIGINT, and a child would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 600
     finished = []
