@@ -586,6 +586,9 @@ class Config:
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
 
     def __post_init__(self) -> None:
+        if not -(2**63) <= self.seed < 2**64:  # what torch.manual_seed accepts, as model.seed
+            shown = str(self.seed) if len(str(self.seed)) <= 40 else f"{len(str(self.seed))} digits"
+            raise ConfigError(f"seed: must be in [-2**63, 2**64), got {shown}")
         _choice("agents", self.agents, ("llm", "scripted"))
         _choice("backend", self.backend, tuple(backend_names()))
         _choice("sharing", self.sharing, SHARING_MODES)

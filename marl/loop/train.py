@@ -174,6 +174,14 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             runtime.load_state(policy_states(resume))
             set_rng_states(resume["rng"])
             start = int(resume["step"])
+            left = max(0, t.steps - start)
+            print(
+                f"resume: {config.resume} is step {start}; train.steps={t.steps}: "
+                + (f"{left} step(s) to train" if left else "nothing to train (raise train.steps "
+                   "to continue it)"),
+                file=sys.stderr if not left else sys.stdout,
+                flush=True,
+            )  # fmt: skip
         placement = runtime.placement()
         logger.text("config", config_yaml, 0)
         placement_json = json.dumps(placement, indent=2, default=str)

@@ -143,3 +143,13 @@ def test_the_command_line_prints_one_line_and_no_traceback(tmp_path) -> None:
         "error: model.hidden_size: must be num_heads (4) times an even head size (rotary "
         "embeddings), got 65"
     ]
+
+
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1, 10**500])
+def test_a_seed_torch_cannot_take_is_refused_in_one_line(seed: int) -> None:
+    from marl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as refused:
+        load_config({"seed": seed})
+    line = str(refused.value)
+    assert line.startswith("seed: must be in [-2**63, 2**64)") and len(line) < 120

@@ -75,3 +75,15 @@ def test_what_counts_as_another_runs_folder(tmp_path: Path) -> None:
         step.mkdir(parents=True)
         check_run_folder(tmp_path / "steps", str(tmp_path / "elsewhere"))  # resumes another run
     check_run_folder(tmp_path / "steps", str(step))  # resumes its own checkpoint
+
+
+def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    train(tiny(), run_dir=run)
+    capsys.readouterr()
+    train(tiny(resume=str(run)), run_dir=run)  # train.steps=1: the checkpoint is step 1
+    err = capsys.readouterr().err
+    assert "is step 1; train.steps=1: nothing to train" in err
+    train(tiny(resume=str(run), train={"steps": 3, "seeds_per_step": 1, "group_size": 2}),
+          run_dir=run)  # fmt: skip
+    assert "is step 1; train.steps=3: 2 step(s) to train" in capsys.readouterr().out

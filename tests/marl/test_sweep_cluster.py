@@ -80,9 +80,9 @@ def test_a_sweep_on_two_nodes_uses_both_and_matches_the_serial_runs(
     nodes = {n["NodeID"] for n in ray_nodes(two_nodes)}
     where = [json.loads((cluster / j / "sweep_job.json").read_text())["node"] for j in "0123"]
     assert set(where) == nodes and len(nodes) == 2, where  # every job on a node, both used
-    serial = tmp_path / "serial"
-    marl(tmp_path, "train", "-m", *COMMON, seeds, f"hydra.sweep.dir={serial}")
-    for job in "0123":
+    serial = tmp_path / "serial"  # jobs 0 and 1 again, one after another
+    marl(tmp_path, "train", "-m", *COMMON, "seed=0,1", f"hydra.sweep.dir={serial}")
+    for job in "01":
         assert scalars(cluster / job) == scalars(serial / job), f"job {job} differs"
 
 
