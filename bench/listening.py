@@ -55,6 +55,7 @@ from common import (  # noqa: E402  (bench helpers)
     run_sweep,
 )
 
+from marl.analysis.listening import BOUNDS, LISTENING_METRICS, OFF_SET_LIMIT  # noqa: E402
 from marl.analysis.stats import seed_clustered  # noqa: E402
 from marl.competition.role_eval import json_safe  # noqa: E402
 
@@ -66,16 +67,8 @@ CONDITIONS: dict[str, tuple[list[str], int]] = {
     "cut": (["--config-name", "demo", CUT], 20),
     "code": (["--config-name", "code"], 40),
 }
-METRICS = (
-    "cic",
-    "cic_given_target",
-    "influence",
-    "success",
-    "null_success",
-    "swap_follow",
-    "off_set",
-)
-OFF_SET_LIMIT = 0.5  # marl.analysis.listening.OFF_SET_LIMIT: above it a measure is flagged
+# the exact listening measures tabulated (all of LISTENING_METRICS but swap_success)
+METRICS = tuple(m for m in LISTENING_METRICS if m != "swap_success")
 
 
 def run_dir(args: argparse.Namespace, condition: str, seed: int) -> Path:
@@ -171,9 +164,6 @@ def _saved_config(where: Path) -> dict[str, Any]:
 def _last(scalars: dict[str, list[float]], tag: str) -> float | None:
     values = scalars.get(tag)
     return values[-1] if values else None
-
-
-BOUNDS = {"cic": (0.0, math.inf), "cic_given_target": (0.0, math.inf), "influence": (0.0, math.inf)}
 
 
 def clustered(

@@ -109,6 +109,26 @@ def start_ray_node() -> Callable[..., object]:
     return ray_node
 
 
+def scalar_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar curve of a run but the timings (``perf/``), as (step, value) pairs, read
+    back by TensorBoard's own reader: what two runs must share to be the same run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)]
+        for tag in events.Tags()["scalars"]
+        if not tag.startswith("perf/")
+    }
+
+
+@pytest.fixture(scope="session")
+def curves() -> Callable[[Path], dict[str, list[tuple[int, float]]]]:
+    """:func:`scalar_curves`, for test modules."""
+    return scalar_curves
+
+
 @pytest.fixture(scope="session")
 def start_ray_head() -> Callable[..., object]:
     """:func:`ray_head`, for module-scoped fixtures (conftest modules are not importable

@@ -49,20 +49,8 @@ def two_nodes(tmp_path_factory, start_ray_head, start_ray_node, fresh_ray) -> It
             yield address
 
 
-def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run / "tensorboard"))
-    events.Reload()
-    return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)]
-        for tag in events.Tags()["scalars"]
-        if not tag.startswith("perf/")
-    }
-
-
 def test_a_sweep_on_two_nodes_uses_both_and_matches_the_serial_runs(
-    two_nodes: str, tmp_path: Path
+    two_nodes: str, tmp_path: Path, curves
 ) -> None:
     seeds = "seed=0,1,2,3"
     cluster = tmp_path / "cluster"
@@ -83,7 +71,7 @@ def test_a_sweep_on_two_nodes_uses_both_and_matches_the_serial_runs(
     serial = tmp_path / "serial"  # jobs 0 and 1 again, one after another
     marl(tmp_path, "train", "-m", *COMMON, "seed=0,1", f"hydra.sweep.dir={serial}")
     for job in "01":
-        assert scalars(cluster / job) == scalars(serial / job), f"job {job} differs"
+        assert curves(cluster / job) == curves(serial / job), f"job {job} differs"
 
 
 def ray_nodes(address: str) -> list[dict]:

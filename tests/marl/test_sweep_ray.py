@@ -65,19 +65,6 @@ def ray_sweep_args(root: Path, *args: str) -> list[str]:
     return ["launcher=ray", "hydra.launcher.num_cpus=2", *args, f"hydra.sweep.dir={root}"]
 
 
-def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar curve of a run but the timings, read back by TensorBoard's own reader."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run / "tensorboard"))
-    events.Reload()
-    return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)]
-        for tag in events.Tags()["scalars"]
-        if not tag.startswith("perf/")
-    }
-
-
 def files(run: Path) -> set[str]:
     names = set()
     for path in run.rglob("*"):
@@ -107,7 +94,7 @@ def on_ray(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.C
     return root, sweep(root.parent, *COMMON, SEEDS, *ray_sweep_args(root))
 
 
-def test_a_ray_sweep_writes_what_the_basic_launcher_writes(serial: Path, on_ray) -> None:
+def test_a_ray_sweep_writes_what_the_basic_launcher_writes(serial: Path, on_ray, curves) -> None:
     root, done = on_ray
     assert sorted(p.name for p in root.iterdir()) == ["0", "1", "2", "3", "multirun.yaml"]
     for job in ("0", "1"):
@@ -115,7 +102,7 @@ def test_a_ray_sweep_writes_what_the_basic_launcher_writes(serial: Path, on_ray)
         assert files(mine) == files(theirs)
         for same in (".hydra/overrides.yaml", "config.yaml"):
             assert (mine / same).read_text() == (theirs / same).read_text(), same
-        assert scalars(mine) == scalars(theirs), f"job {job}: curves differ from the serial run"
+        assert curves(mine) == curves(theirs), f"job {job}: curves differ from the serial run"
     for job in ("0", "1", "2", "3"):
         assert record(root / job)["status"] == "finished"
     assert "sweep: 4 job(s)" in done.stdout and "4 finished" in done.stdout
