@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import row, write  # noqa: E402
+from common import portable, row, write  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -46,11 +46,12 @@ def main() -> None:
     wall = time.perf_counter() - began
     machine_cpu = busy_seconds() - busy
     reaped = usage.ru_utime + usage.ru_stime
+    checkout = Path(args.cwd).resolve()
     summary = [
         row("wall", wall, "s", " ".join(args.command)),
         row("CPU of reaped processes (time(1))", reaped, "s", f"{100 * reaped / wall:.0f}%"),
         row("CPU of the whole machine", machine_cpu, "s", f"{100 * machine_cpu / wall:.0f}%"),
-        row("exit status", os.waitstatus_to_exitcode(status), "", str(Path(args.cwd).resolve())),
+        row("exit status", os.waitstatus_to_exitcode(status), "", str(portable(checkout))),
     ]
     write(
         args.name,

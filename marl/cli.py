@@ -8,6 +8,7 @@ prints a clear message and exits non-zero; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -188,8 +189,67 @@ def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) 
     app = hydra.main(version_base=None, config_path="pkg://marl.configs", config_name=config_name)(
         task
     )
-    app()
+    from hydra.errors import HydraException
+
+    # Hydra re-raises instead of printing its multi-line block: the mistakes a user makes in an
+    # override become one line here (a bug in the task still shows its whole traceback)
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    try:
+        app()
+    except HydraException as exc:
+        print(f"error: {override_error(exc)}", file=sys.stderr)
+        return 2
     return 0
+
+
+_NO_KEY = re.compile(r"Could not override '(?P<key>[^']+)'")
+_NO_OPTION = re.compile(r"Could not find '(?P<group>[^']+)/(?P<name>[^'/]+)'")
+
+
+def override_error(exc: BaseException) -> str:
+    """One line for an override Hydra could not apply: the key or the group, and the nearest
+    valid names (``train.stepz: no such key; did you mean train.steps?``,
+    ``algo=ppo: algo has no option ppo; its options: dr_grpo, grpo, ...``)."""
+    import difflib
+
+    text = str(exc)
+    key = _NO_KEY.search(text)
+    if key:
+        name = key.group("key")
+        close = difflib.get_close_matches(name, config_keys(), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else " (`marl train --cfg job` lists them)"
+        cause = str(exc.__cause__ or "").strip().splitlines()
+        why = f" ({cause[0]})" if cause else ""
+        return f"{name}: no such key{why}{hint}"
+    option = _NO_OPTION.search(text)
+    if option:
+        group, name = option.group("group"), option.group("name")
+        options = [line.strip() for line in text.splitlines() if line.startswith(("\t", "    "))]
+        close = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
+        hint = f"; did you mean {group}={close[0]}?" if close else ""
+        listed = f"; its options: {', '.join(options)}" if options else ""
+        return f"{group}={name}: {group} has no option {name}{listed}{hint}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def config_keys() -> list[str]:
+    """Every dotted key of the run config's schema (``train.steps``, ``ray.num_cpus``, ...)."""
+    from omegaconf import OmegaConf
+
+    from marl.config import Config
+
+    keys: list[str] = []
+
+    def walk(node: object, prefix: str) -> None:
+        if OmegaConf.is_dict(node):
+            for name in node:  # type: ignore[union-attr]
+                child = OmegaConf.select(node, str(name), throw_on_missing=False)
+                walk(child, f"{prefix}{name}.")
+        keys.append(prefix[:-1])
+
+    walk(OmegaConf.structured(Config), "")
+    return [k for k in keys if k]
 
 
 def _play_task(cfg) -> object:  # noqa: ANN001 - Hydra passes a DictConfig
