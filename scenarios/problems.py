@@ -14,14 +14,24 @@ from dataclasses import dataclass
 
 MAX_PRINTED = 80  # characters of a value quoted in a problem message
 MAX_LISTED_PROBLEMS = 50  # problems spelled out in a ScenarioError's message
+MAX_MESSAGE = 400  # characters of one problem's message, whatever a rule quoted in it
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One mistake in a scenario file, located by its key path."""
+    """One mistake in a scenario file, located by its key path. A message longer than
+    :data:`MAX_MESSAGE` (a rule that quoted a whole value instead of :func:`short`) is cut in
+    the middle, so one line stays one readable line."""
 
     path: str
     message: str
+
+    def __post_init__(self) -> None:
+        if len(self.message) > MAX_MESSAGE:
+            half = (MAX_MESSAGE - 30) // 2  # room for the marker: the result fits the limit
+            cut = len(self.message) - 2 * half
+            message = f"{self.message[:half]} ...({cut} characters)... {self.message[-half:]}"
+            object.__setattr__(self, "message", message)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marl.scenarios.bots import register_bot
-from marl.scenarios.problems import Problem
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
 
 _PIECE = re.compile(r"(\d+)\s*=\s*(\d)")
@@ -46,7 +46,7 @@ class RelayRules(Rules):
         """The reporter must be one of the agents."""
         reporter = params.get("reporter")
         if reporter is not None and reporter not in agents:
-            return [Problem("reporter", f"unknown agent {reporter!r}")]
+            return [Problem("reporter", f"unknown agent {short(reporter)}")]
         return []
 
     def __init__(
@@ -113,7 +113,7 @@ class RelayRules(Rules):
         digits = re.sub(r"\D", "", raw or "")
         result = RoundResult(done=True)
         if not digits:
-            result.invalid[self.reporter] = f"expected {len(self.agents)} digits, got {raw!r}"
+            result.invalid[self.reporter] = f"expected {len(self.agents)} digits, got {short(raw)}"
             result.team = 0.0
             return result
         self.answer = digits

@@ -28,7 +28,7 @@ from typing import Any
 
 from marl.scenarios.bots import register_bot
 from marl.scenarios.families.common import parse_int
-from marl.scenarios.problems import Problem
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
 
 WORDS = [
@@ -82,7 +82,7 @@ class SpotlightRules(Rules):
         problems = []
         decider = p.decider if p.decider is not None else (agents[-1] if agents else None)
         if p.decider is not None and p.decider not in agents:
-            problems.append(Problem("decider", f"unknown agent {p.decider!r}"))
+            problems.append(Problem("decider", f"unknown agent {short(p.decider)}"))
         advisers = [a for a in agents if a != decider]
         if not isinstance(p.n_options, int) or not 2 <= p.n_options <= len(WORDS):
             problems.append(Problem("n_options", f"must be an integer from 2 to {len(WORDS)}"))
@@ -95,7 +95,7 @@ class SpotlightRules(Rules):
                 for i, scout in enumerate(p.scouts):
                     if scout not in advisers:
                         problems.append(
-                            Problem(f"scouts[{i}]", f"{scout!r} is not an adviser: {advisers}")
+                            Problem(f"scouts[{i}]", f"{short(scout)} is not an adviser: {advisers}")
                         )
                 if len(set(p.scouts)) != len(p.scouts):
                     problems.append(Problem("scouts", "duplicate scout"))
@@ -183,7 +183,8 @@ class SpotlightRules(Rules):
         answer = self.options[self.answer]
         if pick is None:
             result.invalid[self.decider] = (
-                f"expected a number from 1 to {len(self.options)} or one option word, got {raw!r}"
+                f"expected a number from 1 to {len(self.options)} or one option word, "
+                f"got {short(raw)}"
             )
             result.team = 0.0
             result.public_events.append(f"{self.decider} gave no valid answer; it was {answer}.")

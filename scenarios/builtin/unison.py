@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marl.scenarios.bots import register_bot
-from marl.scenarios.problems import Problem
+from marl.scenarios.problems import Problem, short
 from marl.scenarios.rules import RoundResult, Rules, ScenarioInfo, register_rules
 
 
@@ -55,12 +55,12 @@ class UnisonRules(Rules):
         problems = []
         target = params.get("target", "a")
         if not isinstance(target, str) or len(target) != 1:
-            problems.append(Problem("target", f"must be a single character, got {target!r}"))
+            problems.append(Problem("target", f"must be a single character, got {short(target)}"))
         scored = params.get("scored_agents")
         if scored is not None:
             if isinstance(scored, str) or not isinstance(scored, Sequence):
                 problems.append(
-                    Problem("scored_agents", f"must be a list of agent names, got {scored!r}")
+                    Problem("scored_agents", f"must be a list of agent names, got {short(scored)}")
                 )
             else:
                 unknown = [a for a in scored if a not in agents]

@@ -101,3 +101,49 @@ def test_a_rules_module_that_exits_is_one_problem_not_the_end_of_validate(tmp_pa
     )
     assert "Traceback" not in done.stderr and "Ran 0 tests" not in done.stderr + done.stdout
     assert done.stderr == ""
+
+
+HUGE = "x" * 500_000
+
+
+def _scenarios_with_params() -> list[tuple[str, str]]:
+    from marl.scenarios.registry import list_scenarios, load_builtins
+
+    load_builtins()
+    found = []
+    for name in list_scenarios():
+        document, _ = load_document(name)
+        for key in sorted(document.get("params") or {}):
+            found.append((name, key))
+    return found
+
+
+@pytest.mark.parametrize(("name", "key"), _scenarios_with_params())
+def test_a_huge_value_in_any_param_gives_short_lines(name: str, key: str) -> None:
+    """Every registered scenario, every param set to a 500,000-character string (and a huge
+    list of them): each problem is one line of bounded length, never the value itself."""
+    from marl.scenarios.problems import MAX_MESSAGE, ScenarioError
+    from marl.scenarios.validation import validate_scenario
+
+    document, _ = load_document(name)
+    for value in (HUGE, [HUGE] * 3):
+        data = {**document, "params": {**document["params"], key: value}}
+        try:
+            problems = validate_scenario(data)
+        except ScenarioError as exc:
+            problems = exc.problems
+        for problem in problems:
+            line = str(problem)
+            assert "\n" not in line and len(line) <= MAX_MESSAGE + len(problem.path) + 2, (
+                f"{name} params.{key}: a {len(line)}-character line"
+            )
+
+
+def test_a_long_message_is_cut_in_the_middle() -> None:
+    from marl.scenarios.problems import MAX_MESSAGE, Problem
+
+    problem = Problem("params.target", "must be one character, got " + HUGE + " (the end)")
+    assert len(problem.message) <= MAX_MESSAGE
+    assert problem.message.startswith("must be one character, got xxx")
+    assert problem.message.endswith(" (the end)") and "characters)..." in problem.message
+    assert Problem("k", "short").message == "short"
