@@ -240,6 +240,9 @@ class AlgoConfig(UpdateSettings):
         _positive("algo.max_nonfinite_updates", self.max_nonfinite_updates)
 
 
+MAX_EPISODES_PER_STEP = 65_536  # episodes one step (or one evaluation) plays at once
+
+
 @dataclass
 class TrainSettings:
     """The training loop. Each step plays ``seeds_per_step`` scenario seeds x ``group_size``
@@ -274,6 +277,18 @@ class TrainSettings:
         _positive("train.steps", self.steps, allow_zero=True)
         _positive("train.seeds_per_step", self.seeds_per_step)
         _positive("train.group_size", self.group_size)
+        episodes = self.seeds_per_step * self.group_size
+        if episodes > MAX_EPISODES_PER_STEP:  # every episode of a step is held in memory at once
+            raise ConfigError(
+                f"train.seeds_per_step x train.group_size: {self.seeds_per_step} x "
+                f"{self.group_size} = {episodes} episodes a step, over the limit of "
+                f"{MAX_EPISODES_PER_STEP} (a step holds all its episodes in memory at once)"
+            )
+        if self.eval_episodes > MAX_EPISODES_PER_STEP:
+            raise ConfigError(
+                f"train.eval_episodes: {self.eval_episodes}, over the limit of "
+                f"{MAX_EPISODES_PER_STEP} (an evaluation holds its episodes in memory at once)"
+            )
         _positive("train.checkpoint_every", self.checkpoint_every, allow_zero=True)
         _positive("train.eval_episodes", self.eval_episodes, allow_zero=True)
         _positive("train.eval_every", self.eval_every, allow_zero=True)

@@ -153,3 +153,18 @@ def test_a_seed_torch_cannot_take_is_refused_in_one_line(seed: int) -> None:
         load_config({"seed": seed})
     line = str(refused.value)
     assert line.startswith("seed: must be in [-2**63, 2**64)") and len(line) < 120
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"group_size": 100_000_000}, "train.seeds_per_step x train.group_size"),
+        ({"seeds_per_step": 100_000_000}, "train.seeds_per_step x train.group_size"),
+        ({"eval_episodes": 10**9}, "train.eval_episodes"),
+    ],
+)
+def test_sizes_that_scale_memory_are_bounded_up_front(overrides: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config({"train": overrides})
+    assert str(refused.value).startswith(key) and "over the limit of 65536" in str(refused.value)
+    load_config({"train": {"seeds_per_step": 256, "group_size": 256}})  # 65,536: still allowed
