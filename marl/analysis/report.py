@@ -32,8 +32,6 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-import yaml
-
 from marl.analysis.stats import mean_ci
 from marl.errors import RunError
 
@@ -78,6 +76,20 @@ def _flatten(data: object, prefix: str = "") -> dict[str, object]:
 IGNORED = {"seed", "resume", "logging.progress"}  # never a group axis
 
 
+def run_yaml(path: Path) -> object:
+    """A run's YAML file (``config.yaml``, ``.hydra/overrides.yaml``) through the one bounded
+    reader (:func:`marl.scenarios.reader.read_yaml`: a size limit, no aliases, no deep nesting),
+    so a crafted file cannot take the report's memory; a refusal is one line naming the file."""
+    from marl.scenarios.problems import ScenarioError
+    from marl.scenarios.reader import read_yaml
+
+    try:
+        return read_yaml(path)
+    except ScenarioError as exc:
+        first = str(exc.problems[0]) if exc.problems else "unreadable"
+        raise RunError(f"report: {path}: {first.replace(' in a scenario file', '')}") from None
+
+
 def run_axes(path: Path) -> dict[str, object] | None:
     """The axes a run was launched with: the hparams of its TensorBoard session, else the
     overrides Hydra saved in ``.hydra/overrides.yaml``; None when neither exists."""
@@ -88,7 +100,7 @@ def run_axes(path: Path) -> dict[str, object] | None:
         return dict(hparams)
     saved = path / ".hydra" / "overrides.yaml"
     if saved.is_file():
-        return dict(flatten_overrides(yaml.safe_load(saved.read_text()) or []))
+        return dict(flatten_overrides(run_yaml(saved) or []))
     return None
 
 
@@ -141,7 +153,7 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
     """Read every run's config, axes and scalars, labelled by :func:`group_labels`."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    configs = [_flatten(yaml.safe_load((p / "config.yaml").read_text()) or {}) for p in paths]
+    configs = [_flatten(run_yaml(p / "config.yaml") or {}) for p in paths]
     labels, axes = group_labels(configs, [run_axes(p) for p in paths])
     runs = []
     for path, config, label, values in zip(paths, configs, labels, axes):

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from marl.runtime.checkpoint import complete_checkpoints
 
 __all__ = ["RECORD", "JobState", "job_state", "read_record", "set_aside", "write_record"]
@@ -67,9 +65,12 @@ def write_record(job_dir: Path, **fields: Any) -> None:
 
 
 def _saved_overrides(job_dir: Path) -> list[str] | None:
-    try:
-        data = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+    from marl.scenarios.problems import ScenarioError
+    from marl.scenarios.reader import read_yaml
+
+    try:  # the bounded reader: a crafted file cannot take the launcher's memory
+        data = read_yaml(job_dir / ".hydra" / "overrides.yaml")
+    except ScenarioError:
         return None
     return [str(o) for o in data] if isinstance(data, list) else None
 

@@ -83,3 +83,30 @@ def test_the_plot_has_whole_step_ticks_and_its_legend_off_the_curves(tmp_path: P
 
     width, height = Image.open(tmp_path / "report" / "team_reward.png").size
     assert width > height * 1.8  # the legend's room is in the image, not cut off
+
+
+ALIAS_BOMB = """a: &a ["x","x","x","x","x","x","x","x","x"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+"""
+
+
+@pytest.mark.parametrize("where", ["config.yaml", ".hydra/overrides.yaml"])
+def test_a_crafted_run_yaml_is_refused_in_one_line_not_expanded(
+    tmp_path: Path, capsys: pytest.CaptureFixture, where: str
+) -> None:
+    from marl.cli import main
+
+    run = tmp_path / "runs" / "bomb"
+    (run / "tensorboard").mkdir(parents=True)
+    (run / ".hydra").mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / where).write_text(ALIAS_BOMB)
+    assert main(["report", str(tmp_path / "runs")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(run / where) in err[0]
+    assert "anchors (&name) are not allowed" in err[0]
