@@ -494,12 +494,21 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:160]
 
 
+_UNSUPPORTED_GLOBAL = re.compile(r"unsupported global:?\s+(?:GLOBAL\s+)?([\w.]+)", re.IGNORECASE)
+
+
 def _unpickling_reason(exc: BaseException) -> str:
     """The useful line of torch's weights-only refusal (its first lines are advice to load the
-    file unsafely, which we will not give), or "" when it has none."""
-    _, found, rest = str(exc).partition("WeightsUnpickler error:")
-    lines = [line.strip() for line in rest.splitlines() if line.strip()] if found else []
-    return lines[0].split(" was not an allowed global")[0][:160] if lines else ""
+    file unsafely, which we will not give): ``Unsupported global: posix.system`` whatever the
+    torch version's wording (``WeightsUnpickler error: Unsupported global: GLOBAL x``, ``Trying
+    to load unsupported GLOBAL x whose module ...``); else its first other line, or ""."""
+    text = str(exc)
+    found = _UNSUPPORTED_GLOBAL.search(text)
+    if found:
+        return f"Unsupported global: {found.group(1)}"[:160]
+    _, marker, rest = text.partition("WeightsUnpickler error:")
+    lines = [line.strip() for line in rest.splitlines() if line.strip()] if marker else []
+    return lines[0][:160] if lines else ""
 
 
 def check_state(state: object, source: str | Path, manifest_step: int | None = None) -> None:

@@ -114,7 +114,29 @@ def test_a_crafted_checkpoint_is_refused_without_running_code(tmp_path: Path) ->
     with pytest.raises(RunError, match="objects other than tensors and plain data") as info:
         load_checkpoint(tmp_path / "run")
     assert not marker.exists(), "unpickling the checkpoint ran code"
-    assert "\n" not in str(info.value) and "GLOBAL exec" in str(info.value)
+    assert "\n" not in str(info.value) and "(Unsupported global: exec)" in str(info.value)
+
+
+class _SystemPayload:
+    """Unpickling this calls ``os.system``: torch words the refusal of a blocked module's
+    global differently ("Trying to load unsupported GLOBAL posix.system whose module ...")."""
+
+    def __reduce__(self):  # noqa: ANN204
+        return (os.system, ("true",))
+
+
+def test_a_blocked_modules_global_is_refused_with_the_same_line(tmp_path: Path) -> None:
+    step_dir = tmp_path / "run" / "checkpoints" / "step_000001"
+    step_dir.mkdir(parents=True)
+    state = fake_state()
+    state["extra"] = _SystemPayload()
+    torch.save(state, step_dir / STATE_FILE)
+    write_raw_checkpoint(step_dir, (step_dir / STATE_FILE).read_bytes())
+    with pytest.raises(RunError, match="objects other than tensors and plain data") as info:
+        load_checkpoint(step_dir)
+    line = str(info.value)
+    assert "\n" not in line and f"(Unsupported global: {os.system.__module__}.system)" in line
+    assert "Weights only load failed" not in line and "weights_only" not in line
 
 
 def test_the_state_file_loads_with_weights_only_and_rng_states_round_trip(tmp_path: Path) -> None:
