@@ -445,7 +445,11 @@ def _check_records(f: Any, payload: Path, size: int, what: str) -> None:
 
 @contextlib.contextmanager
 def _open_payload(payload: Path, what: str = "resume") -> Iterator[Any]:
+    # a link is refused like a linked latest or step folder: O_NOFOLLOW, so no swap slips past
+    if payload.is_symlink():
+        raise RunError(f"{what}: {payload} is a symbolic link; refusing to follow it")
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(payload, flags)
     except FileNotFoundError:
@@ -460,6 +464,8 @@ def _open_payload(payload: Path, what: str = "resume") -> Iterator[Any]:
 
 def _read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST_FILE
+    if path.is_symlink():
+        raise RunError(f"resume: {path} is a symbolic link; refusing to follow it")
     if not path.exists():
         raise RunError(
             f"resume: {directory} has no {MANIFEST_FILE} (not a checkpoint, or written by an "

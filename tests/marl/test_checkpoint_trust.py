@@ -597,3 +597,16 @@ def test_an_empty_or_unreadable_latest_falls_back_with_one_warning(tmp_path: Pat
     os.mkfifo(latest)  # not a regular file: refused without blocking, then the fallback
     assert resolve_checkpoint(tmp_path) == newest
     assert "cannot be read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("linked", [STATE_FILE, MANIFEST_FILE])
+def test_a_linked_state_or_manifest_is_refused_like_a_linked_step(
+    tmp_path: Path, linked: str
+) -> None:
+    real = save_checkpoint(tmp_path / "elsewhere", 1, fake_state(1))
+    step = save_checkpoint(tmp_path / "run", 1, fake_state(1))
+    (step / linked).unlink()
+    (step / linked).symlink_to(real / linked)  # the same bytes, from outside the run
+    with pytest.raises(RunError, match="symbolic link; refusing to follow it") as info:
+        load_checkpoint(tmp_path / "run")
+    assert str(step / linked) in str(info.value)
