@@ -149,12 +149,13 @@ def model_preset(preset: str) -> dict[str, Any]:
 
     import yaml
 
+    from marl.scenarios.problems import short
+
     folder = files("marl.configs") / "model"
-    entry = folder / f"{preset}.yaml"
-    if not entry.is_file():
-        known = sorted(e.name[:-5] for e in folder.iterdir() if e.name.endswith(".yaml"))
-        raise RunError(f"eval: unknown model preset {preset!r}; known: {', '.join(known)}")
-    return dict(yaml.safe_load(entry.read_text()) or {})
+    known = sorted(e.name[:-5] for e in folder.iterdir() if e.name.endswith(".yaml"))
+    if preset not in known:  # a name, never a path: model:../../x names no preset
+        raise RunError(f"eval: unknown model preset {short(preset)}; known: {', '.join(known)}")
+    return dict(yaml.safe_load((folder / f"{preset}.yaml").read_text()) or {})
 
 
 # --------------------------------------------------------------------------- loading

@@ -345,3 +345,14 @@ def test_a_deflated_state_file_is_refused_before_it_inflates(tmp_path: Path) -> 
         f"method 8) to {stored} bytes from {512 * 2**20}; torch.save stores records "
         "uncompressed, so refusing to inflate it"
     ]
+
+
+@pytest.mark.parametrize("name", ["../../x", "../model/tiny", "/etc/passwd", "tiny/../tiny"])
+def test_a_model_preset_is_a_name_never_a_path(name: str) -> None:
+    from marl.competition.players import model_preset
+
+    with pytest.raises(RunError) as refused:
+        model_preset(name)
+    assert str(refused.value).startswith("eval: unknown model preset ")
+    assert "known: smollm2, tiny" in str(refused.value)
+    assert model_preset("tiny")["kind"] == "tiny"
