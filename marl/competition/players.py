@@ -242,6 +242,12 @@ def _load_weights(model: Any, weights: dict[str, Any], player: Player) -> None:
 def check_weight_shapes(model: Any, weights: dict[str, Any], what: str) -> None:
     """Raise one :class:`RunError` line (``what`` first) when a tensor of ``weights`` has
     another shape than the model's tensor of that name, before ``load_state_dict`` would."""
+    from marl.runtime.checkpoint import tensor_problem
+
+    for name, value in weights.items():
+        problem = tensor_problem(value)
+        if problem:
+            raise RunError(f"{what} cannot be loaded: {name} {problem}")
     own = model.state_dict()
     wrong = [
         name

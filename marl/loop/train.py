@@ -36,6 +36,7 @@ from marl.loop.timing import StepTimer
 from marl.runtime.checkpoint import (
     check_resume,
     check_run_folder,
+    check_saved_weights,
     check_weights,
     load_checkpoint,
     save_checkpoint,
@@ -148,6 +149,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
     resume = load_checkpoint(config.resume) if config.resume else None
     if resume is not None:
         check_resume(resume, config)  # the scenario it was trained on
+        check_saved_weights(resume)  # dense, finite, floating-point tensors, before any build
     run_dir = Path(run_dir) if run_dir is not None else run_dir_of(cfg)
     check_run_folder(run_dir, config.resume)  # never over another run's checkpoints or events
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -684,6 +684,34 @@ def check_resume(state: Mapping[str, Any], config: Any) -> None:
         )
 
 
+def tensor_problem(value: object) -> str:
+    """Why ``value`` cannot be a model weight ("" when it can): not a tensor, sparse or another
+    layout, a meta tensor (no data), integer or complex values, or NaN / infinite entries.
+    Checked before anything loads: a weight cast to int64 once resumed as a zeroed model."""
+    if not isinstance(value, torch.Tensor):
+        return f"is a {type(value).__name__}, not a tensor"
+    if value.layout != torch.strided:
+        return f"is a {str(value.layout).removeprefix('torch.')} tensor, not a dense one"
+    if value.is_meta:
+        return "is a meta tensor (shape only, no values)"
+    if not value.is_floating_point():
+        return f"holds {str(value.dtype).removeprefix('torch.')} values, not floating point"
+    if not bool(torch.isfinite(value).all()):
+        return "holds NaN or infinite values"
+    return ""
+
+
+def check_saved_weights(state: Mapping[str, Any]) -> None:
+    """Refuse, before anything is built, a checkpoint one of whose policy weights is no dense,
+    finite, floating-point tensor (:func:`tensor_problem`), in one line naming it."""
+    for pid, policy in sorted((state.get("policies") or {}).items()):
+        weights = policy.get("weights") if isinstance(policy, Mapping) else None
+        for name, value in sorted((weights or {}).items()) if isinstance(weights, Mapping) else []:
+            problem = tensor_problem(value)
+            if problem:
+                raise RunError(f"resume: the checkpoint's policy {pid!r}: {name} {problem}")
+
+
 def check_weights(
     saved: Mapping[str, Mapping[str, Any]],
     current: Mapping[str, Mapping[str, Any]],
@@ -711,6 +739,8 @@ def check_weights(
                 differences.append(f"policy {pid!r}: {name} is in the checkpoint, not here")
             elif name not in old_w:
                 differences.append(f"policy {pid!r}: {name} is missing from the checkpoint")
+            elif problem := tensor_problem(old_w[name]):
+                differences.append(f"policy {pid!r}: {name} {problem}")
             elif tuple(old_w[name].shape) != tuple(new_w[name].shape):
                 differences.append(
                     f"policy {pid!r}: {name} is {list(old_w[name].shape)} in the checkpoint, "

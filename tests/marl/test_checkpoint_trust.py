@@ -610,3 +610,31 @@ def test_a_linked_state_or_manifest_is_refused_like_a_linked_step(
     with pytest.raises(RunError, match="symbolic link; refusing to follow it") as info:
         load_checkpoint(tmp_path / "run")
     assert str(step / linked) in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        (lambda w: w.to(torch.int64), "holds int64 values, not floating point"),
+        (lambda w: w.clone().fill_(float("nan")), "holds NaN or infinite values"),
+        (lambda w: w.to_sparse(), "is a sparse_coo tensor, not a dense one"),
+    ],
+    ids=["int64", "nan", "sparse"],
+)
+def test_a_spoilt_weight_is_refused_before_it_loads(
+    unison_run: Path, tmp_path: Path, spoil, message: str
+) -> None:
+    """A checkpoint whose manifest matches (rewritten by save_checkpoint) but one weight of
+    which is no longer a dense float tensor: refused in one line naming it, never loaded."""
+    state = load_checkpoint(unison_run)
+    weights = state["policies"]["shared"]["weights"]
+    name = sorted(weights)[0]
+    weights[name] = spoil(weights[name])
+    save_checkpoint(tmp_path / "spoilt", 1, state)
+    config = tiny_config(**{"train.steps": 2}, resume=str(tmp_path / "spoilt"))
+    with pytest.raises(RunError) as info:
+        train(config, run_dir=tmp_path / "resumed")
+    line = str(info.value)
+    assert "\n" not in line and f"policy 'shared': {name} {message}" in line, line
+    assert not (tmp_path / "resumed").exists()
