@@ -31,6 +31,16 @@ _ACTION = re.compile(rf"^{_DECOR}ACTION{_DECOR}:{_DECOR}(?P<text>.*)$", re.IGNOR
 _NAME = re.compile(r"@([^\s:@,]+)")
 
 
+class _BadAddress(ValueError):
+    """A SAY line whose address tries to name someone (an ``@`` in it) but is not ``@name``
+    tokens: ``@@dave``, a full-width ``＠ｄａｖｅ``, ``@dave!``."""
+
+
+def short_text(text: str, limit: int = 40) -> str:
+    """``text`` quoted, cut to ``limit`` characters (an agent's text can be anything)."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
 @dataclass(frozen=True)
 class OutgoingMessage:
     """A message as the agent wrote it; ``to`` is None for "all my out-neighbours"."""
@@ -88,7 +98,9 @@ def _match_say(line: str) -> tuple[tuple[str, ...], str] | None:
     address = line[head.end() : colon]
     rest = _NAME.sub("", address)
     if any(not (c.isspace() or c in _ADDRESS_FILLER) for c in rest):
-        return None
+        if "@" in unicodedata.normalize("NFKC", address):  # an address the agent got wrong
+            raise _BadAddress(address.strip())
+        return None  # prose that starts with "say" ("Saying: ..."), not a message
     names = tuple(dict.fromkeys(_NAME.findall(address)))
     text = line[colon + 1 :]
     return names, text[_LEAD.match(text).end() :]
@@ -112,7 +124,15 @@ def parse_completion(completion: object, *, require_action: bool = True) -> Pars
         if action:
             result.action = sanitize(_clean_value(action.group("text")))
             continue
-        say = _match_say(line)
+        try:
+            say = _match_say(line)
+        except _BadAddress as bad:
+            result.errors.append(
+                f"the address {short_text(str(bad))} of a SAY line is not @name tokens (a plain @ "
+                "and an agent's exact name, as `You can message:` lists them); that message was "
+                "not sent"
+            )
+            continue
         if say:
             names, raw_text = say
             text = sanitize(_clean_value(raw_text))

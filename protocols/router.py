@@ -145,13 +145,15 @@ class Router:
                             )
                         )
                     else:
+                        like = [n for n in neighbours if n.casefold() == name.casefold()]
+                        hint = f" (names are exact: did you mean {like[0]}?)" if like else ""
                         violations.append(
                             Violation(
                                 sender,
                                 round,
                                 "unknown_agent",
-                                f"There is no agent called {name!r}; the message to it was "
-                                "dropped.",
+                                f"There is no agent called {name[:40]!r}{hint}; the message to "
+                                "it was dropped.",
                             )
                         )
             receivers = [r for r in receivers if self._survives(rng)]

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SKIPPED = {".git", ".venv", "runs", ".gpu", "outputs", "__pycache__", ".pytest_cache",
            ".ruff_cache", "marl_llm.egg-info"}  # fmt: skip
-# a home or work folder of some machine: /work/<x>/, /root/, /home/<user>/, /Users/<user>/
+# a home or work folder of some machine, at the root: work/<x>, root, home/<user>, Users/<user>
 MACHINE_PATH = re.compile("/" + r"(work|root|home/[a-z][\w.-]*|Users/[\w.-]+)/")
 
 

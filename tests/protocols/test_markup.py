@@ -48,7 +48,8 @@ CASES = [
     ("ACTION:", [], "", ["no ACTION line"]),
     ("just some thoughts, no markup", [], None, ["no ACTION line"]),
     ("SAYING: not a say line\nACTION: 1", [], "1", []),
-    ("SAY hello @bob: words in the address\nACTION: 1", [], "1", []),
+    # an address with words in it: not sent, and the sender is told (issue 42)
+    ("SAY hello @bob: words in the address\nACTION: 1", [], "1", ["is not @name tokens"]),
     ("I SAY: not at line start\nACTION: 1", [], "1", []),
     ("SAY: zero\u200bwidth\x07bell\nACTION: 1\x00", [(None, "zerowidthbell")], "1", []),
     ("SAY: tab\tkept\r\nACTION: 1\r\n", [(None, "tab\tkept")], "1", []),
@@ -222,3 +223,20 @@ def _sanitize_by_category(text: str) -> str:
 def test_sanitize_drops_exactly_the_control_and_format_characters(text: str) -> None:
     assert sanitize(text) == _sanitize_by_category(text)
     assert sanitize(" plain text ") == "plain text"
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["SAY @@bob: hi", "SAY ＠ｂｏｂ: hi", "SAY @bob @: hi", "SAY to @bob: hi"],
+)
+def test_a_say_line_with_a_broken_address_is_told_not_dropped(line: str) -> None:
+    parsed = parse_completion(f"{line}\nACTION: 1")
+    assert parsed.messages == [] and parsed.action == "1"
+    assert len(parsed.errors) == 1 and "is not @name tokens" in parsed.errors[0]
+    assert "that message was not sent" in parsed.errors[0]
+
+
+def test_prose_that_starts_with_say_is_still_free_text() -> None:
+    parsed = parse_completion("Saying: hello there\nSAY @bob: hi\nACTION: 1")
+    assert parsed.errors == [] and parsed.free_text == "Saying: hello there"
+    assert [(m.to, m.text) for m in parsed.messages] == [(("bob",), "hi")]

@@ -225,3 +225,12 @@ def test_violations_are_shown_to_the_sender_in_its_next_observation_and_counted(
     # protocol violations are counted and shown, not penalised as malformed output
     assert env.malformed == dict.fromkeys(env.possible_agents, 0)
     assert set(rewards.values()) == {0.0}
+
+
+def test_a_look_alike_name_is_told_with_the_name_it_resembles() -> None:
+    router = Router(MessageBudget(max_chars=50, max_per_round=3))
+    delivered, violations = route(router, "b", out("psst", "C"))
+    assert delivered == [] and [v.kind for v in violations] == ["unknown_agent"]
+    assert "There is no agent called 'C' (names are exact: did you mean c?)" in (
+        violations[0].detail
+    )
