@@ -208,9 +208,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
             runtime.sync()
             if t.checkpoint_every:  # the warmed-up policies: what RL starts from (step 0)
                 save_checkpoint(
-                    run_dir,
-                    0,
-                    {**_checkpoint(config, runtime, 0), "emergence": emergence.state_dict()},
+                    run_dir, 0, _checkpoint(config, runtime, 0, emergence, baselines, league)
                 )
         counterfactual = is_counterfactual(config.credit.name)
         progress = _progress(start, t.steps, config.logging.progress)
@@ -277,14 +275,7 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
                 _listen(listen, step + 1, logger, summary)
             last = step + 1 == t.steps
             if last or (t.checkpoint_every and (step + 1) % t.checkpoint_every == 0):
-                state = {
-                    **_checkpoint(config, runtime, step + 1),
-                    "emergence": emergence.state_dict(),
-                }
-                if baselines is not None:
-                    state["advantage"] = baselines.state_dict()
-                if league is not None:
-                    state["league"] = league.state_dict()
+                state = _checkpoint(config, runtime, step + 1, emergence, baselines, league)
                 save_checkpoint(run_dir, step + 1, state)
             progress.update(1)
             progress.set_postfix(
@@ -410,15 +401,31 @@ def _log_samples(
         logger.heatmap("credit/influence", *influence, step=step + 1)
 
 
-def _checkpoint(config: Config, runtime: Runtime, step: int) -> dict[str, Any]:
+def _checkpoint(
+    config: Config,
+    runtime: Runtime,
+    step: int,
+    emergence: Any,
+    baselines: RoleBaselines | None,
+    league: Any,
+) -> dict[str, Any]:
+    """The one checkpoint state, the same fields at every step (the warmed-up step 0 too):
+    policies, RNG states, step, config, the emergence tracker's state, and the role baselines'
+    and the league's when the run has them."""
     policies = runtime.state()
     _refuse_nonfinite(policies, step)
-    return {
+    state = {
         "policies": policies,
         "rng": rng_states(),
         "step": step,
         "config": asdict(config),
+        "emergence": emergence.state_dict(),
     }
+    if baselines is not None:
+        state["advantage"] = baselines.state_dict()
+    if league is not None:
+        state["league"] = league.state_dict()
+    return state
 
 
 def _refuse_nonfinite(policies: dict[str, dict[str, Any]], step: int) -> None:

@@ -182,3 +182,28 @@ def test_a_warmup_is_checkpointed_as_step_0_and_a_resume_from_it_does_not_repeat
         tiny_config(**warm, **{"train.steps": 1}, resume=str(step0)), run_dir=tmp_path / "r"
     )
     _assert_same_run(straight, resumed)  # the warm-up ran once, before step 0, in both
+
+
+def test_the_warmed_up_step_0_checkpoint_holds_every_field_a_later_one_does(
+    tmp_path: Path,
+) -> None:
+    """One builder for every checkpoint: step 0 (after the warm-up) once lacked the role
+    baselines; a resume from it and from step N restore the same fields."""
+    run = {
+        "warmup.steps": 1,
+        "warmup.bot": "rule",
+        "train.checkpoint_every": 1,
+        "train.steps": 1,
+        "algo.advantage": "rae",
+    }
+    train(tiny_config(**run), run_dir=tmp_path / "run")
+    step0 = load_checkpoint(tmp_path / "run" / "checkpoints" / "step_000000")
+    step1 = load_checkpoint(tmp_path / "run" / "checkpoints" / "step_000001")
+    assert set(step0) == set(step1) and {"advantage", "emergence"} <= set(step0)
+    for source in ("step_000000", "step_000001"):
+        resumed = train(
+            tiny_config(**{**run, "train.steps": 2},
+                        resume=str(tmp_path / "run" / "checkpoints" / source)),
+            run_dir=tmp_path / f"from_{source}",
+        )  # fmt: skip
+        assert resumed
