@@ -293,7 +293,7 @@ def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list[Any]
                     job = queue.pop(0)
                     ref, groups[job.num] = _submit(launcher, job)
                     running[ref] = (job, time.time())
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=0.25)  # Ctrl-C: at once
                 for ref in ready:
                     job, t0 = running.pop(ref)
                     try:

@@ -166,7 +166,7 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(tmp_p
     root = tmp_path / "sweep"
     args = [
         *COMMON[:2],
-        "train.steps=3",
+        "train.steps=4",
         "train.checkpoint_every=1",
         "logging.progress=false",
         SEEDS,
@@ -191,7 +191,7 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(tmp_p
         finished = [j for j in "0123" if (root / j / "sweep_job.json").exists()
                     and record(root / j)["status"] == "finished"]  # fmt: skip
     first = root / "2" / "checkpoints" / "step_000001" / "manifest.json"
-    while not first.is_file():  # the third job has a checkpoint, and 2 steps to go
+    while not first.is_file():  # the third job has a checkpoint, and 3 steps to go
         assert launcher.poll() is None and time.monotonic() < deadline, "job 2 never saved"
         time.sleep(0.05)
     launcher.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher
@@ -219,7 +219,7 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(tmp_p
     assert "resumes from" in resumed and "checkpoints/step_00000" in resumed
     for j in "0123":
         assert record(root / j)["status"] == "finished"
-        assert (root / j / "checkpoints" / "step_000003" / "manifest.json").is_file()
+        assert (root / j / "checkpoints" / "step_000004" / "manifest.json").is_file()
         saved = yaml.safe_load((root / j / ".hydra" / "overrides.yaml").read_text())
         assert f"seed={j}" in saved
 
