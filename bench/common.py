@@ -36,6 +36,15 @@ def portable(value: Any) -> Any:
     return value
 
 
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat: user, nice, system,
+    irq, softirq, steal; guest time is inside user already). Taken before and after a command,
+    it counts every process, also those a command never reaps (Ray's workers)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    return (sum(fields[:3]) + sum(fields[5:8])) / os.sysconf("SC_CLK_TCK")
+
+
 def quick() -> bool:
     """``BENCH_QUICK=1``: smaller runs, for a fast look (the figures are noisier)."""
     return os.environ.get("BENCH_QUICK", "") not in ("", "0")

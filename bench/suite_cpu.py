@@ -23,15 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import portable, row, write  # noqa: E402
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot (all but idle and iowait)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / TICKS
+from common import busy_seconds, portable, row, write  # noqa: E402
 
 
 def main() -> None:

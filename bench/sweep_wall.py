@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import read_scalars, row, write  # noqa: E402
+from common import busy_seconds, read_scalars, row, write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # a demo run cut to a minute or two: fewer RL steps, a smaller held-out evaluation
@@ -45,15 +45,6 @@ SHORT = [
 ]
 
 
-def machine_cpu_s() -> float:
-    """CPU seconds every process on the machine has used (/proc/stat): Ray's jobs are not the
-    launcher's children, so reaped times would miss them."""
-    with open("/proc/stat", encoding="ascii") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:]]
-    busy = sum(fields[:3]) + sum(fields[5:8])  # user nice system, irq softirq steal
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
 def one_sweep(side: str, seeds: list[int], extra: list[str]) -> dict[str, Any]:
     """The 4-run sweep through one launcher: wall, CPU seconds, load, each run's last reward."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,7 +56,7 @@ def one_sweep(side: str, seeds: list[int], extra: list[str]) -> dict[str, Any]:
             f"hydra.sweep.dir={sweep_dir}",
         ]  # fmt: skip
         load = os.getloadavg()[0]
-        cpu0 = machine_cpu_s()
+        cpu0 = busy_seconds()
         began = time.perf_counter()
         proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -73,7 +64,7 @@ def one_sweep(side: str, seeds: list[int], extra: list[str]) -> dict[str, Any]:
         output = proc.stdout.read() if proc.stdout else ""
         proc.wait()
         wall = time.perf_counter() - began
-        cpu = machine_cpu_s() - cpu0
+        cpu = busy_seconds() - cpu0
         if proc.returncode != 0:
             sys.stderr.write(output[-3000:])
             raise SystemExit(f"the {side} sweep failed (status {proc.returncode})")

@@ -34,6 +34,7 @@ class MarlRayLauncher(Launcher):
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
+        self.remote_job: Any = None  # the job's Ray remote function, made when a sweep starts
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig

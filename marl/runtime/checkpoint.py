@@ -739,8 +739,6 @@ def check_weights(
                 differences.append(f"policy {pid!r}: {name} is in the checkpoint, not here")
             elif name not in old_w:
                 differences.append(f"policy {pid!r}: {name} is missing from the checkpoint")
-            elif problem := tensor_problem(old_w[name]):
-                differences.append(f"policy {pid!r}: {name} {problem}")
             elif tuple(old_w[name].shape) != tuple(new_w[name].shape):
                 differences.append(
                     f"policy {pid!r}: {name} is {list(old_w[name].shape)} in the checkpoint, "

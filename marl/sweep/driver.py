@@ -130,7 +130,6 @@ def _prepare(launcher: Any, overrides: list[str], num: int, nodes: list, where: 
 
 def _submit(launcher: Any, job: SweepJob) -> tuple[Any, Any]:
     """Reserve the job's placement group and start its task; returns (task ref, group)."""
-    import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -158,8 +157,7 @@ def _submit(launcher: Any, job: SweepJob) -> tuple[Any, Any]:
         hydra_context=launcher.hydra_context,
         singleton_state=Singleton.get_state(),
     )
-    remote = ray.remote(max_calls=1, max_retries=0)(run_sweep_job)
-    ref = remote.options(
+    ref = launcher.remote_job.options(
         num_cpus=d.own.get("CPU", 0.0),
         num_gpus=d.own.get("GPU", 0.0),
         scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -242,6 +240,8 @@ def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list[Any]
     sweep_dir.mkdir(parents=True, exist_ok=True)
     begun = time.time()
     started, where = _connect(settings)
+    # one remote function for the sweep (Ray exports it once); a process per job (max_calls=1)
+    launcher.remote_job = ray.remote(max_calls=1, max_retries=0)(run_sweep_job)
     groups: dict[int, Any] = {}
     running: dict[Any, tuple[SweepJob, float]] = {}
     jobs: list[SweepJob] = []
