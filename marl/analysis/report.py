@@ -220,6 +220,14 @@ def final_rows(runs: Sequence[Run], last: int = 3) -> list[dict[str, object]]:
     return rows
 
 
+def spread(half: float, seeds: int, sign: str = "± ") -> str:
+    """A table cell for a 95% CI half-width over ``seeds`` runs: ``± 0.123``, or ``(1 seed)``
+    where one seed leaves no spread to estimate (never ``± nan``)."""
+    if seeds < 2 or math.isnan(half):
+        return f"({seeds} seed{'' if seeds == 1 else 's'})"
+    return f"{sign}{half:.3f}"
+
+
 def _print_finals(rows: Sequence[dict[str, object]], last: int) -> None:
     width = max(len(str(r["group"])) for r in rows)
     tags = list(rows[0]["metrics"])  # type: ignore[arg-type]
@@ -229,7 +237,7 @@ def _print_finals(rows: Sequence[dict[str, object]], last: int) -> None:
         cells = []
         for tag in tags:
             m = row["metrics"][tag]  # type: ignore[index]
-            cells.append(f"{m['mean']:+.3f} ± {m['ci95']:.3f}" if m["seeds"] else "-")
+            cells.append(f"{m['mean']:+.3f} {spread(m['ci95'], m['seeds'])}" if m["seeds"] else "-")
         print(
             f"{row['group']:{width}s}  {row['seeds']:5d}  " + "  ".join(f"{c:17s}" for c in cells)
         )
@@ -291,7 +299,7 @@ def _print_emergence(rows: Sequence[dict[str, object]], last: int) -> None:
     for row in rows:
         print(
             f"{row['tag']:{tag_width}s}  {row['group']:{width}s}  {row['seeds']:5d}  "
-            f"{row['start']:+.3f}   {row['final']:+.3f}   {row['ci95']:.3f}"
+            f"{row['start']:+.3f}   {row['final']:+.3f}   {spread(row['ci95'], row['seeds'], '')}"
         )
 
 
@@ -358,7 +366,7 @@ def main(argv: Sequence[str]) -> int:
     for row in rows:
         print(
             f"{row['group']:{width}s}  {row['seeds']:5d}  {row['start']:+.3f}   "
-            f"{row['final']:+.3f}   {row['ci95']:.3f}"
+            f"{row['final']:+.3f}   {spread(row['ci95'], row['seeds'], '')}"
         )
     out = Path(ns.out) if ns.out else Path(ns.dirs[0]) / "report"
     finals = final_rows(runs, ns.last)

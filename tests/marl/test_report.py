@@ -47,6 +47,11 @@ def test_report_groups_seeds_and_writes_plot(tmp_path: Path, capsys: pytest.Capt
     assert rows["algo.lr=0.1"]["seeds"] == 2
     assert math.isclose(rows["algo.lr=0.1"]["final"], 0.9, rel_tol=1e-6)  # float32 events
     assert rows["algo.lr=0.2"]["seeds"] == 1
+    assert "nan" not in printed  # one seed has no spread to estimate: the cell says so
+    one_seed = next(line for line in printed.splitlines() if line.startswith("algo.lr=0.2"))
+    assert one_seed.rstrip().endswith("(1 seed)"), one_seed
+    two_seeds = next(line for line in printed.splitlines() if line.startswith("algo.lr=0.1"))
+    assert "seed)" not in two_seeds and float(two_seeds.split()[-1]) > 0, two_seeds
     assert (tmp_path / "report" / "team_reward.png").stat().st_size > 1000
 
 
