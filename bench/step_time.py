@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import STEP_TIMES, machine, quick, row, write  # noqa: E402
 
 TINY = [
-    "scenario=signal_v1",
+    "scenario=signal",
     "model.kind=tiny",
     "model.hidden_size=256",
     "model.num_layers=4",
