@@ -385,9 +385,6 @@ class EmergenceConfig:
             _positive("emergence.listening_episodes", self.listening_episodes)
 
 
-LEAGUE_KINDS = ("self", "latest", "uniform", "pfsp")
-
-
 @dataclass
 class LeagueConfig:
     """Self-play against a league of opponents (:mod:`marl.competition.league`,
@@ -399,7 +396,8 @@ class LeagueConfig:
 
     enabled:        false (the default) leaves training exactly as without a league.
     mix:            weight of each opponent kind (normalised; 0 = never; ``league=pool`` sets a
-                    mix of all of them): ``self`` (the learner
+                    mix of all of them), a name in the opponent registry
+                    (:func:`marl.opponents.register_opponent`). Built in: ``self`` (the learner
                     on both seats, both trained: plain self-play), ``latest`` (the newest
                     snapshot), ``uniform`` (a snapshot drawn uniformly from the pool),
                     ``pfsp`` (a snapshot drawn with weight ``(1 - p_win)^pfsp_power``, where
@@ -431,12 +429,13 @@ class LeagueConfig:
         _positive("league.pfsp_power", self.pfsp_power, allow_zero=True)
         _positive("league.elo_k", self.elo_k)
         _positive("league.window", self.window)
+        from marl.opponents import resolve_kind
+
         for kind, weight in self.mix.items():
-            if kind not in LEAGUE_KINDS and not (kind.startswith("bot_") and len(kind) > 4):
-                raise ConfigError(
-                    f"league.mix.{kind}: unknown opponent kind; use {', '.join(LEAGUE_KINDS)} "
-                    "or bot_<name> (a scripted bot of the scenario, e.g. bot_random)"
-                )
+            try:
+                resolve_kind(kind)
+            except ValueError as exc:
+                raise ConfigError(f"league.mix.{kind}: {exc}") from None
             _positive(f"league.mix.{kind}", weight, allow_zero=True)
         if self.enabled and not any(w > 0 for w in self.mix.values()):
             raise ConfigError("league.mix: give at least one opponent kind a weight > 0")

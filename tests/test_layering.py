@@ -201,8 +201,8 @@ def source_modules() -> dict[str, Path]:
 # The driver's rooms, bottom first: a module may import its own room and those below it.
 ROOMS = (
     # the records and settings every part reads: the episode record, the errors, the config
-    # schema and the policy-loss registry it checks ``algo.level`` against
-    ("marl.errors", "marl.episodes", "marl.config", "marl.losses"),
+    # schema and the registries it checks ``algo.level`` and ``league.mix`` against
+    ("marl.errors", "marl.episodes", "marl.config", "marl.losses", "marl.opponents"),
     ("marl.runtime",),  # policies, learners, workers, rollouts, checkpoints, Ray
     ("marl.analysis",),  # what the records say: metrics, emergence, listening, reports
     ("marl.competition",),  # leagues, ratings, marl eval, exploitability tracking

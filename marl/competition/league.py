@@ -4,16 +4,10 @@ from scripted bots; win/draw/loss per opponent kind and the learner's Elo over t
 The league is the driver's bookkeeping; the rollout only sees a :class:`Matchup` (plain data):
 in GRPO group ``b`` the learner plays seat ``learner_seats[b]`` and the opponent every other
 seat, as a frozen policy (:data:`LEAGUE_POLICY`, loaded with a snapshot's weights before the
-rollout) or a scripted bot. Opponent kinds (``league.mix`` weighs them):
-
-- ``self``: the learner on both seats, both trained (plain self-play, as in SPIRAL);
-- ``latest``: the newest snapshot;
-- ``uniform``: a snapshot drawn uniformly from the pool;
-- ``pfsp``: prioritised fictitious self-play (Vinyals et al. 2019, "Grandmaster level in
-  StarCraft II using multi-agent reinforcement learning", the "hard" weighting): snapshot k is
-  drawn with weight ``(1 - p_k)^p``, where ``p_k = (wins + draws / 2 + 1) / (games + 2)`` is the
-  learner's Laplace-smoothed score against it, so opponents it cannot yet beat come more often;
-- ``bot_<name>``: a scripted bot of the scenario (``bot_random``, ``bot_rule``).
+rollout) or a scripted bot. Which opponent a step gets is the drawn kind's business: the kinds
+(``self``, ``latest``, ``uniform``, ``pfsp``, ``bot_<name>`` and any registered with
+:func:`marl.opponents.register_opponent`) live in one registry, :mod:`marl.opponents`, and
+``league.mix`` weighs them.
 
 A snapshot is a frozen copy of the learner's weights, taken at step 0 and every
 ``league.snapshot_every`` steps and written to ``<run>/league/snapshot_<step>.pt``; the pool
@@ -38,6 +32,7 @@ from typing import Any
 
 from marl.competition.ratings import SCORE, EloTracker, outcome
 from marl.config import Config, ConfigError, LeagueConfig
+from marl.opponents import Pool, resolve_kind
 from marl.runtime.policy_map import PolicyPlan, PolicySpec
 
 __all__ = [
@@ -60,8 +55,7 @@ RESULTS = ("win", "draw", "loss")
 class Matchup:
     """Who plays whom in one step's rollout: plain data for the rollout workers.
 
-    kind:          the opponent kind drawn (``self``, ``latest``, ``uniform``, ``pfsp``,
-                   ``bot_<name>``).
+    kind:          the opponent kind drawn (a ``league.mix`` key: ``latest``, ``bot_rule``).
     opponent:      the opponent's name in the ratings (``self``, ``snapshot_<step>``,
                    ``bot_<name>``).
     learner_seats: the learner's agent in each GRPO group (index = group id).
@@ -74,6 +68,11 @@ class Matchup:
     learner_seats: list[str]
     policy: str | None = None
     bot: str | None = None
+
+    @property
+    def mirror(self) -> bool:
+        """The learner plays every seat (neither a frozen policy nor a bot opposes it)."""
+        return self.policy is None and self.bot is None
 
     def overrides(self, group: int, agents: list[str]) -> tuple[dict[str, str], dict[str, str]]:
         """``(policies, bots)`` of group ``group``'s episodes (see ``EpisodeSlot``)."""
@@ -137,18 +136,18 @@ def check_league(config: Config, plan: PolicyPlan | None, agents: list[str]) -> 
             "emergence.influence_every: influence re-simulates with the run's policy map, which "
             "does not know the league's opponents; leave it unset (off under the league) or 0"
         )
-    bots = [k[4:] for k, w in league.mix.items() if k.startswith("bot_") and w > 0]
-    if bots:
-        from marl.scenarios.bots import get_bot
-        from marl.scenarios.problems import ScenarioError
+    checked = [(k, *resolve_kind(k)) for k, w in league.mix.items() if w > 0]
+    if any(entry.check is not None for _, entry, _ in checked):
         from marl.scenarios.registry import make
 
         rules = make(config.scenario.name, **config.scenario.overrides).spec.rules
-        for bot in bots:
+        for kind, entry, member in checked:
+            if entry.check is None:
+                continue
             try:
-                get_bot(rules, bot)
-            except ScenarioError as exc:
-                raise ConfigError(f"league.mix.bot_{bot}: {exc.problems[0].message}") from None
+                entry.check(member, rules)
+            except ValueError as exc:
+                raise ConfigError(f"league.mix.{kind}: {exc}") from None
 
 
 def league_plan(plan: PolicyPlan) -> PolicyPlan:
@@ -258,25 +257,12 @@ class League:
         kinds = [k for k, w in self.config.mix.items() if w > 0]
         kind = rng.choices(kinds, weights=[self.config.mix[k] for k in kinds])[0]
         seats = [self.agents[(step + g) % len(self.agents)] for g in range(groups)]
-        if kind == "self":
-            return Matchup(kind, "self", seats)
-        if kind.startswith("bot_"):
-            return Matchup(kind, kind, seats, bot=kind[4:])
-        pool = self.snapshots
-        if kind == "latest":
-            chosen = pool[-1]
-        elif kind == "uniform":
-            chosen = pool[rng.randrange(len(pool))]
-        else:  # pfsp
-            weights = [self._pfsp_weight(s.name) for s in pool]
-            if sum(weights) <= 0:
-                weights = [1.0] * len(pool)
-            chosen = rng.choices(pool, weights=weights)[0]
-        return Matchup(kind, chosen.name, seats, policy=LEAGUE_POLICY)
-
-    def _pfsp_weight(self, name: str) -> float:
-        p = self.records.get(name, _Record()).smoothed_score()
-        return (1.0 - p) ** self.config.pfsp_power
+        entry, member = resolve_kind(kind)
+        names = tuple(s.name for s in self.snapshots)
+        scores = {n: self.records.get(n, _Record()).smoothed_score() for n in names}
+        drawn = entry.draw(Pool(kind, member, names, scores, self.config), rng)
+        policy = LEAGUE_POLICY if drawn.snapshot else None
+        return Matchup(kind, drawn.name, seats, policy=policy, bot=drawn.bot)
 
     # --- the results -------------------------------------------------------------------------
     def record(self, matchup: Matchup, episodes: list[Any]) -> dict[str, float]:
@@ -284,7 +270,7 @@ class League:
         learner, update the records, windows and Elo; returns the ``league/*`` metrics (every
         kind of the mix every step, zeros included)."""
         for episode in episodes:
-            if matchup.kind == "self":
+            if matchup.mirror:
                 me, other = self.agents[0], self.agents[1]  # seat 0's view of the mirror match
             else:
                 me = matchup.learner_seats[episode.group_id]
@@ -293,7 +279,7 @@ class League:
             self.windows.setdefault(matchup.kind, deque(maxlen=self.config.window)).append(result)
             record = self.records.setdefault(matchup.opponent, _Record())
             setattr(record, result, getattr(record, result) + 1)
-            if matchup.kind != "self":
+            if not matchup.mirror:
                 self.elo.update(LEARNER, matchup.opponent, SCORE[result])
         return self.metrics(matchup)
 
@@ -314,7 +300,7 @@ class League:
         out["league/elo"] = self.elo.rating(LEARNER)
         out["league/pool_size"] = float(len(self.snapshots))
         for kind in self.kinds:
-            if kind.startswith("bot_"):
+            if resolve_kind(kind)[0].rated:
                 out[f"league/elo/{kind}"] = self.elo.rating(kind)
         return out
 
