@@ -145,8 +145,14 @@ def screenshot(chromium: str, url: str, out: Path, budget_ms: int = 20000) -> Pa
 
 
 def count_runs(logdir: Path) -> int:
-    """Runs under ``logdir`` that logged an HParams session (``tensorboard/hparams``)."""
-    return sum(1 for p in logdir.rglob("hparams") if p.is_dir() and p.parent.name == "tensorboard")
+    """Runs under ``logdir`` that logged an HParams session (in ``<run>/tensorboard``)."""
+    from marl.analysis.hparams import read_session
+
+    return sum(
+        1
+        for p in logdir.rglob("tensorboard")
+        if p.is_dir() and read_session(p)[2] != "missing"
+    )
 
 
 def check(logdir: Path, out: Path, chromium: str, port: int | None = None) -> dict[str, Any]:
@@ -156,7 +162,7 @@ def check(logdir: Path, out: Path, chromium: str, port: int | None = None) -> di
     base = f"http://127.0.0.1:{port}"
     expected = count_runs(logdir)
     if expected == 0:
-        raise SystemExit(f"{logdir}: no run with an HParams session (tensorboard/hparams)")
+        raise SystemExit(f"{logdir}: no run with an HParams session (<run>/tensorboard)")
     server = subprocess.Popen(
         [
             sys.executable,

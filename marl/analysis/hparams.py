@@ -1,7 +1,8 @@
 """TensorBoard HParams for a run: the config values it was launched with and its final metrics,
 so a sweep can be filtered and sorted in TensorBoard's HParams tab.
 
-What a run logs (``<run>/tensorboard/hparams/``, a run of its own beside the training curves):
+What a run logs, in its own event files (``<run>/tensorboard/``, beside the training curves, so
+TensorBoard lists one run, not the run and a ``hparams`` child):
 
 - at the start, a *session start* (``_hparams_/session_start_info``) holding the run's
   hparams: every Hydra override of the run (``marl train algo=dr_grpo seed=1`` gives
@@ -15,8 +16,10 @@ What a run logs (``<run>/tensorboard/hparams/``, a run of its own beside the tra
 It is written with the protobufs of TensorBoard's hparams plugin (``summary_v2.hparams_pb``
 and ``plugin_data_pb2``), which need no TensorFlow. No experiment summary is written: the
 plugin then builds the table from every session it finds, so runs of different sweeps under
-one ``--logdir`` each keep their own columns, and the metric columns are exactly the
-``final/*`` tags of the hparams runs (the training curves are a sibling run, not a child).
+one ``--logdir`` each keep their own columns. Its metric columns are every scalar tag of the
+session's run: the ``final/*`` tags and the training curves' last values (choose the columns in
+the tab's settings). Runs made before this logged the session in a ``hparams`` subdirectory;
+:func:`read_session` reads both.
 """
 
 from __future__ import annotations
@@ -128,19 +131,25 @@ def session_end(status: str, end_time: float | None = None) -> Any:
 def read_session(log_dir: str | Path) -> tuple[dict[str, HParamValue], dict[str, float], str]:
     """Read a run's hparams session back with TensorBoard's ``EventAccumulator``: the hparams,
     the final metrics (``final/<tag>`` -> last value) and the status (``running`` while no
-    session end is written). ``log_dir`` is the run's ``tensorboard`` directory or its
-    ``hparams`` subdirectory. Empty results when the run logged no hparams."""
+    session end is written). ``log_dir`` is the run's ``tensorboard`` directory (or the
+    ``hparams`` subdirectory where older runs logged their session). Empty results and status
+    ``missing`` when the run logged no hparams session."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import api_pb2, metadata
 
     log_dir = Path(log_dir)
-    if log_dir.name != SUBDIR:
-        log_dir = log_dir / SUBDIR
     if not log_dir.is_dir():
         return {}, {}, "missing"
     events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
-    content = events.PluginTagToContent(metadata.PLUGIN_NAME)
+    try:
+        content = events.PluginTagToContent(metadata.PLUGIN_NAME)
+    except KeyError:  # no summary of the hparams plugin in these event files
+        content = {}
+    if not content and log_dir.name != SUBDIR and (log_dir / SUBDIR).is_dir():
+        return read_session(log_dir / SUBDIR)  # a run logged before the session moved in
+    if not content:
+        return {}, {}, "missing"
     hparams: dict[str, HParamValue] = {}
     status = "running"
     if metadata.SESSION_START_INFO_TAG in content:

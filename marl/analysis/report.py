@@ -150,8 +150,11 @@ def group_labels(
 
 
 def load_runs(paths: Sequence[Path]) -> list[Run]:
-    """Read every run's config, axes and scalars, labelled by :func:`group_labels`."""
+    """Read every run's config, axes and scalars, labelled by :func:`group_labels`. The
+    ``final/*`` scalars of a run's HParams session are its summary, not curves: left out."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from marl.analysis.hparams import FINAL_PREFIX
 
     configs = [_flatten(run_yaml(p / "config.yaml") or {}) for p in paths]
     labels, axes = group_labels(configs, [run_axes(p) for p in paths])
@@ -162,6 +165,7 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
         curves = {
             tag: [(e.step, e.value) for e in events.Scalars(tag)]
             for tag in events.Tags()["scalars"]
+            if not tag.startswith(FINAL_PREFIX)
         }
         runs.append(Run(path, label, int(config.get("seed", 0) or 0), curves, values))
     return runs

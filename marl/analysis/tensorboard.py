@@ -1,6 +1,6 @@
 """TensorBoard logging: scalars, transcripts as text, the config once, and the run's HParams
-session (its hparams and final metrics, :mod:`marl.analysis.hparams`) in a ``hparams``
-subdirectory."""
+session (its hparams and final metrics, :mod:`marl.analysis.hparams`) in the same event files,
+so one run of training is one run in TensorBoard."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class TensorBoardLogger:
     def __init__(self, log_dir: str | Path, enabled: bool = True) -> None:
         self.log_dir = Path(log_dir)
         self.writer = SummaryWriter(str(self.log_dir)) if enabled else None
-        self.hparams_writer: SummaryWriter | None = None
+        self.session_open = False
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         """Log every scalar under its (already namespaced) tag."""
@@ -57,34 +57,32 @@ class TensorBoardLogger:
     def start_session(
         self, hparams: Mapping[str, bool | int | float | str], trial: str | None = None
     ) -> None:
-        """Open the run's HParams session (``<log_dir>/hparams``) with its hparams; ``trial``
-        names its row in the HParams tab."""
+        """Open the run's HParams session with its hparams, in the run's own event files (not a
+        subdirectory, which TensorBoard would list as a second run); ``trial`` names its row in
+        the HParams tab."""
         if self.writer is None:
             return
-        from marl.analysis.hparams import SUBDIR, session_start
+        from marl.analysis.hparams import session_start
 
-        self.hparams_writer = SummaryWriter(str(self.log_dir / SUBDIR))
-        self.hparams_writer._get_file_writer().add_summary(session_start(hparams, trial))
-        self.hparams_writer.flush()  # a live run shows in the HParams tab (as running) at once
+        self.writer._get_file_writer().add_summary(session_start(hparams, trial))
+        self.writer.flush()  # a live run shows in the HParams tab (as running) at once
+        self.session_open = True
 
     def end_session(self, finals: Mapping[str, float], step: int, status: str) -> None:
         """Log the final metrics (``final/<tag>``) at ``step`` and close the HParams session
         with ``status`` (``success`` or ``failure``)."""
-        if self.hparams_writer is None:
+        if self.writer is None or not self.session_open:
             return
         from marl.analysis.hparams import session_end
 
         for tag, value in finals.items():
-            self.hparams_writer.add_scalar(tag, value, step)
-        self.hparams_writer._get_file_writer().add_summary(session_end(status), step)
-        self.hparams_writer.close()
-        self.hparams_writer = None
+            self.writer.add_scalar(tag, value, step)
+        self.writer._get_file_writer().add_summary(session_end(status), step)
+        self.writer.flush()
+        self.session_open = False
 
     def close(self) -> None:
         """Flush and close the event files."""
-        if self.hparams_writer is not None:
-            self.hparams_writer.close()
-            self.hparams_writer = None
         if self.writer is not None:
             self.writer.flush()
             self.writer.close()

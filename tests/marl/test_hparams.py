@@ -145,8 +145,13 @@ def test_a_run_logs_its_overrides_and_final_metrics_as_an_hparams_session(
         "final/emergence/ann/influence_action",
     } <= set(finals)
     assert not [t for t in finals if "/edges/" in t]  # per agent, not per edge
-    # the training curves stay in tensorboard/ (marl report reads them there), not in hparams/
-    assert "final/team/reward" not in runs[0].curves
+    # the session lives in the run's own event files: TensorBoard lists one run, not two
+    assert not (tmp_path / "run" / "tensorboard" / "hparams").exists()
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+    listed = EventMultiplexer().AddRunsFromDirectory(str(tmp_path)).Reload().Runs()
+    assert list(listed) == ["run/tensorboard"], list(listed)  # as `tensorboard --logdir` lists
+    assert "final/team/reward" not in runs[0].curves  # a summary, not a curve, for marl report
 
 
 @pytest.mark.slow
@@ -171,15 +176,14 @@ def test_the_hparams_plugin_shows_and_filters_a_sweep(tmp_path: Path, hydra_job)
     assert (axis.domain_interval.min_value, axis.domain_interval.max_value) == (0.0, 1.0)
     assert axis.differs and infos["seed"].differs and not infos["bot"].differs
     metrics = {m.name.tag for m in experiment.metric_infos}
-    assert "final/team/reward" in metrics
-    assert all(tag.startswith("final/") for tag in metrics)  # not every training curve
+    assert "final/team/reward" in metrics and "team/reward" in metrics  # one run holds both
     assert len(groups.session_groups) == 4
     rewards = {}
     for group in groups.session_groups:
         values = hparam_values(group)
         (session,) = group.sessions
         assert session.status == 1  # STATUS_SUCCESS
-        assert session.name.endswith("/tensorboard/hparams")
+        assert session.name.endswith("/tensorboard")  # the training run itself
         metric = {m.name.tag: m.value for m in group.metric_values}
         key = (values["scenario.overrides.reward.cooperation"], values["seed"])
         rewards[key] = metric["final/team/reward"]
@@ -237,3 +241,17 @@ def test_without_tensorboard_no_session_is_written(tmp_path: Path) -> None:
     logger.close()
     assert not (tmp_path / "tensorboard").exists()
     assert read_session(tmp_path / "tensorboard") == ({}, {}, "missing")
+
+
+def test_a_run_logged_before_the_session_moved_in_is_still_read(tmp_path: Path) -> None:
+    """Older runs logged their session in ``tensorboard/hparams``: marl report still groups
+    them by it."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from marl.analysis.hparams import session_start
+
+    SummaryWriter(str(tmp_path / "tensorboard")).add_scalar("team/reward", 0.5, 1)
+    old = SummaryWriter(str(tmp_path / "tensorboard" / "hparams"))
+    old._get_file_writer().add_summary(session_start({"seed": 2}))
+    old.close()
+    assert read_session(tmp_path / "tensorboard")[0] == {"seed": 2.0}
