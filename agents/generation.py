@@ -2,10 +2,11 @@
 
 The rollout (one call per policy per round) and the counterfactual re-simulation (one call per
 policy per round of its batched branches) both hand a list of :class:`PromptRequest` s to
-:func:`generate_by_policy`. Each request is tokenized with its policy's tokenizer (chat template,
-untrusted text escaped: :mod:`marl.agents.prompts`), optionally ends with its turn's response
-head (:mod:`marl.agents.heads`), and is repeated ``n`` times; then every policy's rows go to its
-backend in ONE ``generate`` call, policies in sorted order, each call with the same ``seed``.
+:func:`generate_by_policy`. Each request is tokenized with its policy's tokenizer by
+:func:`marl.agents.prompts.turn_prompt` (chat template, untrusted text escaped, then its turn's
+note and response head when heads are on: :mod:`marl.agents.heads`), the builder every measure
+calls too, and is repeated ``n`` times; then every policy's rows go to its backend in ONE
+``generate`` call, policies in sorted order, each call with the same ``seed``.
 
 Tools (docs/tools.md). A request whose info declares tools (``info["tools"]``) may call them
 within its reply: when a completion holds a ``CALL <tool>: <query>`` line, the reply is cut just
@@ -32,8 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from marl.agents.backends import Generation, PolicyBackend, SamplingConfig, backend_target
-from marl.agents.heads import head_ids, prompt_head, response_head, response_note
-from marl.agents.prompts import prompt_ids, untrusted_ids
+from marl.agents.prompts import turn_prompt, untrusted_ids
 from marl.protocols.tools import ToolBox, find_call
 
 CONTINUATION_SEED_STRIDE = 1_000_003
@@ -149,15 +149,17 @@ def generate_by_policy(
             _, adapter = backend_target(backends[policy])
             for k in by_policy[policy]:
                 request = requests[k]
-                ids = prompt_ids(
-                    tokenizer, request.system_prompt, request.observation, max_prompt_tokens
+                turn = turn_prompt(
+                    tokenizer,
+                    request.system_prompt,
+                    request.observation,
+                    request.info,
+                    response_prefix=sampling.response_prefix,
+                    max_prompt_tokens=max_prompt_tokens,
                 )
-                head = response_head(request.info) if sampling.response_prefix else ""
-                note = response_note(request.info)
-                ids = ids + head_ids(tokenizer, prompt_head(head, note))
                 for _ in range(request.n):  # each sample keeps its own count of tool calls
                     tools = ToolBox.from_info(request.info)
-                    rows.append(_Row(k, policy, adapter, ids, tools, text=head))
+                    rows.append(_Row(k, policy, adapter, turn.ids, tools, text=turn.head))
         pending = rows
         for attempt in range(1 + max((r.tools.max_calls for r in rows if r.tools), default=0)):
             if not pending:

@@ -32,6 +32,13 @@ def response_head(info: Mapping[str, Any] | None) -> str:
     return ""
 
 
+def turn_head(info: Mapping[str, Any] | None, response_prefix: bool) -> str:
+    """The head a turn's reply starts with: :func:`response_head` when heads are on
+    (``sampling.response_prefix``), else ``""``. The prompt builder
+    (:func:`marl.agents.prompts.turn_prompt`) and the warm-up's transcripts both read it here."""
+    return response_head(info) if response_prefix else ""
+
+
 def head_ids(tokenizer: Any, head: str) -> list[int]:
     """The head's token ids, to append after the generation prompt (no special tokens)."""
     return list(tokenizer.encode(head, add_special_tokens=False)) if head else []

@@ -7,14 +7,21 @@ the control tokens that would forge a turn. :func:`prompt_ids` therefore renders
 around placeholders, tokenizes the template's own text with special tokens recognised, and
 tokenizes every piece of content with no special or added token recognised, whatever the
 tokenizer.
+
+A turn's whole prompt (the chat, then the scenario's note and the response head its reply starts
+with) is built by :func:`turn_prompt` and nothing else: the rollout samples from it, and the
+warm-up, the exact exploitability table and the listening scorer score the same ids.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from marl.agents.heads import prompt_head, response_note, turn_head
 
 
 def chat_messages(system_prompt: str, observation: str) -> list[dict[str, str]]:
@@ -50,6 +57,42 @@ def prompt_ids(
     if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
         ids = ids[-max_prompt_tokens:]
     return ids
+
+
+@dataclass(frozen=True)
+class TurnPrompt:
+    """One agent's turn as the policy is shown it.
+
+    ids:  the prompt's token ids: the chat (:func:`prompt_ids`), then the scenario's note and the
+          response head (:func:`marl.agents.heads.prompt_head`; none without a head).
+    head: the response head the reply starts with, ``""`` when none: the environment gets
+          ``head + generated text``, and a reply scored after ``ids`` is its text after ``head``.
+    """
+
+    ids: list[int]
+    head: str
+
+
+def turn_prompt(
+    tokenizer: Any,
+    system_prompt: str,
+    observation: str,
+    info: Mapping[str, Any] | None,
+    *,
+    response_prefix: bool,
+    max_prompt_tokens: int | None = None,
+) -> TurnPrompt:
+    """The one builder of a turn's prompt, for what is trained and what is measured alike.
+
+    ``info``: the environment's info dict for the agent (its head and note: ``needs_action``,
+    ``neighbours``, ``response_note``); ``response_prefix``: ``sampling.response_prefix``;
+    ``max_prompt_tokens``: the chat is cut from the left to that many tokens before the note and
+    head are added (so a cut never drops the head). The note and head are tokenized as untrusted
+    text, like the observation: a note is scenario text and never becomes a control token.
+    """
+    head = turn_head(info, response_prefix)
+    ids = prompt_ids(tokenizer, system_prompt, observation, max_prompt_tokens)
+    return TurnPrompt(ids + untrusted_ids(tokenizer, prompt_head(head, response_note(info))), head)
 
 
 def _split_at(text: str, separators: Iterable[str]) -> list[tuple[str, bool]]:

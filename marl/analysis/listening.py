@@ -442,14 +442,14 @@ def hf_scorer(
 ) -> Scorer:
     """The listener's exact distributions from an HF backend (a view of a shared base scores
     with its adapter active; the model's train/eval mode is restored), at the run's
-    ``sampling.temperature`` and after ``sampling.response_prefix``'s head (default
-    :class:`SamplingConfig`'s). ``chunk`` prompts are scored at a time, in one packed row
+    ``sampling.temperature``, after the prompt the rollout samples from
+    (:func:`marl.agents.prompts.turn_prompt`: ``sampling.response_prefix``'s head included;
+    default :class:`SamplingConfig`'s). ``chunk`` prompts are scored at a time, in one packed row
     (:func:`~marl.agents.action_scores.action_scores`: logits only where a reply token is
     predicted), which bounds the memory of the pass."""
     from marl.agents.action_scores import action_scores
     from marl.agents.backends import backend_target
-    from marl.agents.heads import head_ids, prompt_head, response_head, response_note
-    from marl.agents.prompts import prompt_ids
+    from marl.agents.prompts import turn_prompt
     from marl.runtime.policies import adapter_active
 
     sampling = sampling or SamplingConfig()
@@ -461,14 +461,18 @@ def hf_scorer(
         model, tokenizer = base.model, base.tokenizer
         prompts, replies = [], []
         for request, options in zip(requests, texts):
-            ids = prompt_ids(
-                tokenizer, request.system_prompt, request.observation, max_prompt_tokens
+            turn = turn_prompt(
+                tokenizer,
+                request.system_prompt,
+                request.observation,
+                request.info,
+                response_prefix=sampling.response_prefix,
+                max_prompt_tokens=max_prompt_tokens,
             )
-            head = response_head(request.info or {}) if sampling.response_prefix else ""
+            head = turn.head
             if any(not t.startswith(head) for t in options):
                 raise RuntimeError(f"the response head {head!r} does not start {list(options)}")
-            note = response_note(request.info)
-            prompts.append(ids + head_ids(tokenizer, prompt_head(head, note)))
+            prompts.append(turn.ids)
             replies.append([t[len(head) :] for t in options])
         was_training = model.training
         model.eval()  # no dropout while scoring

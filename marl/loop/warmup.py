@@ -8,9 +8,10 @@ a JSONL file a user supplies (``warmup.data``). ``warmup.bot=format`` (where the
 one) teaches the markup and the style of messages with content drawn at random, never the
 answer; ``warmup.bot=rule`` teaches the answer too, which proves nothing about RL.
 
-Each turn becomes ``(prompt ids, response ids)`` exactly as the rollout renders it (same chat
-template, same response head), and the loss is the mean negative log-likelihood of the
-response tokens only: the same mask as RL (received messages and environment text are prompt).
+Each turn becomes ``(prompt ids, response ids)``, the prompt built by the rollout's own builder
+(:func:`marl.agents.prompts.turn_prompt`: same chat template, note and response head), and the
+loss is the mean negative log-likelihood of the response tokens only: the same mask as RL
+(received messages and environment text are prompt).
 There is one warm-up per trainable policy, on its own agents' turns; frozen policies are never
 touched. Logged under ``warmup/<policy>/*``.
 
@@ -27,7 +28,7 @@ import math
 import os
 import random
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from marl.agents.heads import head_ids, prompt_head, response_head, response_note
+from marl.agents.heads import response_note, turn_head
 from marl.agents.logprobs import response_logprobs
-from marl.agents.prompts import prompt_ids, untrusted_ids
+from marl.agents.prompts import turn_prompt, untrusted_ids
 from marl.config import Config, ConfigError
 from marl.protocols.tools import RESULT_HEAD, find_call
 from marl.runtime.learner import MasterWeights
@@ -49,14 +50,30 @@ MAX_LINE_CHARS = 200_000
 
 @dataclass
 class ImitationTurn:
-    """One reply to imitate: the agent, its prompt text and the completion it should write."""
+    """One reply to imitate: the agent, its prompt text and the completion it should write.
+
+    info:            the environment's info dict the agent was shown (its response head and
+                     note come from it, as in the rollout); None for a transcript file's turn.
+    response_prefix: the run's ``sampling.response_prefix`` (heads on).
+    """
 
     agent: str
     system: str
     observation: str
     completion: str
-    head: str = ""  # the response head the rollout would put before the completion
-    note: str = ""  # the scenario's note the rollout puts before the head (heads.response_note)
+    info: Mapping[str, Any] | None = None
+    response_prefix: bool = False
+
+    @property
+    def head(self) -> str:
+        """The response head the rollout puts before the completion (``""`` when none)."""
+        return turn_head(self.info, self.response_prefix)
+
+    @property
+    def note(self) -> str:
+        """The scenario's note for the turn (:func:`marl.agents.heads.response_note`), which the
+        prompt puts before the head when there is one."""
+        return response_note(self.info)
 
 
 def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
@@ -82,15 +99,14 @@ def bot_turns(config: Config, episodes: int, step: int) -> list[ImitationTurn]:
                 if env.is_idle(agent) or agent not in imitated:
                     continue
                 info = infos[agent]
-                head = response_head(info) if config.sampling.response_prefix else ""
                 out.append(
                     ImitationTurn(
                         agent=agent,
                         system=env.system_prompt(agent),
                         observation=observations[agent],
                         completion=_tidy(completion, bool(info.get("needs_action"))),
-                        head=head,
-                        note=response_note(info) if head else "",
+                        info=dict(info),
+                        response_prefix=config.sampling.response_prefix,
                     )
                 )
             observations, _, _, _, infos = env.step(actions)
@@ -143,11 +159,20 @@ def read_transcripts(path: str | Path) -> list[ImitationTurn]:
     return turns
 
 
-def encode_turn(tokenizer: Any, turn: ImitationTurn) -> tuple[list[int], list[int]]:
-    """``(prompt ids, response ids)``: the prompt as the rollout renders it (head included), the
-    response the completion after the head, ended by the end-of-turn token."""
-    head = prompt_head(turn.head, turn.note)
-    ids = prompt_ids(tokenizer, turn.system, turn.observation) + head_ids(tokenizer, head)
+def encode_turn(
+    tokenizer: Any, turn: ImitationTurn, *, max_prompt_tokens: int | None = None
+) -> tuple[list[int], list[int]]:
+    """``(prompt ids, response ids)``: the prompt the rollout samples from
+    (:func:`marl.agents.prompts.turn_prompt`, note and head included; ``max_prompt_tokens`` as
+    the rollout's), the response the completion after the head, ended by the end-of-turn token."""
+    ids = turn_prompt(
+        tokenizer,
+        turn.system,
+        turn.observation,
+        turn.info,
+        response_prefix=turn.response_prefix,
+        max_prompt_tokens=max_prompt_tokens,
+    ).ids
     pieces = _pieces(turn)
     if all(keep for _, keep in pieces):
         text = "".join(piece for piece, _ in pieces)
