@@ -45,6 +45,11 @@ class ScenarioInfo:
     # With reward.malformed_penalty 0 the returns then sum to zero too, and the sign of an
     # agent's return says whether it won, drew or lost (marl.scenarios.zero_sum).
     zero_sum: bool = False
+    # The unit of the individual payoff, for a game played for the payoff rather than for the
+    # win: its stakes differ from episode to episode (Kuhn Poker: "chips"; a hand won on a call
+    # pays twice one won on a fold). None: every win is worth the same. ``marl eval`` ranks a
+    # zero-sum scenario that declares it by mean payoff (marl.competition.crossplay).
+    payoff_unit: str | None = None
     # The dotted name of a module that holds the game's exact tree, for two-player games small
     # enough to solve (None: the game declares none). The module offers ``supports(params)``,
     # ``INFO_SETS``, ``info_set_of(info)``, ``reach_info_set(env, key)``, ``policy_from(prob)``,

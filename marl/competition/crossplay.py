@@ -26,11 +26,19 @@ generate call per model per round, as training's rollout does
 Competitive mode (two agents and ``reward.cooperation < 1``): each cell is the row player's win
 rate against the column player, with its 95% Wilson interval and the draws (the zero-sum
 contract of :func:`marl.competition.ratings.outcome`), and every game feeds Bradley-Terry ratings on
-the Elo scale with bootstrap intervals (:mod:`marl.competition.ratings`). Cooperative mode (a fully
-cooperative scenario, or more than two agents): held-out partners; each cell is the team's mean
-return (the agents' mean) when the row player fills the even seats and the column player the odd
-ones (swapped every other episode), with a 95% t-interval, and the success rate with its Wilson
-interval when the scenario defines success. The diagonal is self-play.
+the Elo scale with bootstrap intervals (:mod:`marl.competition.ratings`). A zero-sum game played
+for its payoff, whose rules declare a ``payoff_unit`` (Kuhn Poker: chips, where the stakes
+differ from hand to hand and the Nash bot wins chips from the random bot while winning fewer
+than half the hands), is read by payoff instead: each cell is the row player's mean payoff
+(chips a hand) with its 95% t-interval, then its win rate; the heatmap shows the payoff; and
+the players are ranked by mean payoff against the field with bootstrap intervals
+(:func:`marl.competition.ratings.payoff_ratings`), the Elo of games won beside it.
+
+Cooperative mode (a fully cooperative scenario, or more than two agents): held-out partners;
+each cell is the team's mean return (the agents' mean) when the row player fills the even seats
+and the column player the odd ones (swapped every other episode), with a 95% t-interval, and
+the success rate with its Wilson interval when the scenario defines success. The diagonal is
+self-play.
 
 In a two-agent zero-sum scenario, each player's own payoff (chips a hand in Kuhn Poker, whose
 return is twice the chips) is also reported by seat, with 95% t-intervals
@@ -44,7 +52,8 @@ line before any model loads.
 
 Written to ``--out``: ``crossplay.md`` (the matrix and the ratings, the payoffs by seat, the
 exact evaluation), ``crossplay.csv`` (one row per ordered pairing), ``crossplay.png`` (a
-heatmap) and ``crossplay.json`` (every game; ``payoff_by_seat`` and ``exploitability``).
+heatmap) and ``crossplay.json`` (every game; ``ranked_by``, ``payoff_ratings``,
+``payoff_by_seat`` and ``exploitability``).
 """
 
 from __future__ import annotations
@@ -69,7 +78,7 @@ from marl.competition.players import (
     checkpoint_config,
     parse_players,
 )
-from marl.competition.ratings import Game, bootstrap_ratings, outcome, score_of
+from marl.competition.ratings import Game, bootstrap_ratings, outcome, payoff_ratings, score_of
 from marl.errors import RunError
 
 __all__ = ["crossplay", "individual_payoffs", "main", "seat_payoffs"]
@@ -161,7 +170,7 @@ def crossplay(
             bots = {a: by_name[p].bot for a, p in seats.items() if by_name[p].kind == "bot"}
             slots.append(
                 EpisodeSlot(
-                    env=make(scenario, **overrides),
+                    env=type(probe)(probe.spec),  # as make() builds it, the YAML read once
                     seed=scenario_seeds[k // 2],
                     group_id=pair_index,
                     episode_id=len(slots),
@@ -219,20 +228,34 @@ def _mode(mode: str, env: Any) -> str:
 
 
 def games_of(played: Sequence[Episode]) -> list[Game]:
-    """Each competitive episode as a game scored for ``row`` (1 win, 0.5 draw, 0 loss)."""
+    """Each competitive episode as a game scored for ``row`` (1 win, 0.5 draw, 0 loss), with
+    both players' returns and, where the episode carries them, their own payoffs."""
     games = []
     for ep in played:
-        mine = [a for a, p in ep.seats.items() if p == ep.row]
-        theirs = [a for a, p in ep.seats.items() if p == ep.col]
-        own, other = ep.returns[mine[0]], ep.returns[theirs[0]]
-        games.append(Game(ep.row, ep.col, score_of(outcome(own, other)), (own, other)))
+        mine = next(a for a, p in ep.seats.items() if p == ep.row)
+        theirs = next(a for a, p in ep.seats.items() if p == ep.col)
+        own, other = ep.returns[mine], ep.returns[theirs]
+        payoffs = None if ep.payoffs is None else (ep.payoffs[mine], ep.payoffs[theirs])
+        games.append(Game(ep.row, ep.col, score_of(outcome(own, other)), (own, other), payoffs))
     return games
+
+
+def ranking_unit(mode: str, unit: str | None, games: Sequence[Game]) -> str | None:
+    """The unit to rank in: the scenario's declared payoff unit (``ScenarioInfo.payoff_unit``:
+    a game played for its payoff, such as chips in Kuhn Poker) when the mode is competitive
+    and every game carries both players' payoffs (two agents, zero-sum rules); else None (rank
+    by games won)."""
+    if mode != "competitive" or not unit or not games:
+        return None
+    return unit if all(g.payoffs is not None for g in games) else None
 
 
 def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[str, Any]]:
     """One row per ordered pairing (row != col): games, wins, draws, losses, win rate with its
-    Wilson interval, the score rate ``(wins + draws / 2) / games``, and the row player's mean
-    return with a 95% t-interval (the measure for games with stakes, such as Kuhn Poker)."""
+    Wilson interval, the score rate ``(wins + draws / 2) / games``, the row player's mean
+    return with a 95% t-interval, and, where every game carries payoffs, the row player's mean
+    payoff with its 95% t-interval (``mean_payoff``: chips a hand in Kuhn Poker, the measure
+    for games with stakes)."""
     rows = []
     for a in names:
         for b in names:
@@ -246,6 +269,13 @@ def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[
             n = len(scores)
             wins, draws = sum(s == 1.0 for s in scores), sum(s == 0.5 for s in scores)
             lo, hi = wilson(wins, n)
+            mine = [g for g in games if {g.a, g.b} == {a, b}]
+            payoffs = [g.payoffs[0 if g.a == a else 1] for g in mine if g.payoffs is not None]
+            payoff = (
+                dict(zip(("mean_payoff", "payoff_lo", "payoff_hi"), mean_interval(payoffs)))
+                if payoffs and len(payoffs) == len(mine)
+                else {}
+            )
             rows.append(
                 {
                     "row": a,
@@ -261,6 +291,7 @@ def competitive_cells(names: Sequence[str], games: Sequence[Game]) -> list[dict[
                     "mean_return": mean,
                     "return_lo": low,
                     "return_hi": high,
+                    **payoff,
                 }
             )
     return rows
@@ -351,11 +382,24 @@ def markdown(
     cells: Sequence[dict[str, Any]],
     ratings: dict[str, dict[str, float]] | None,
     episodes: int,
+    *,
+    unit: str | None = None,
+    payoff: dict[str, dict[str, float]] | None = None,
 ) -> str:
-    """The matrix (and the ratings) as Markdown."""
+    """The matrix (and the ratings) as Markdown. ``unit`` (a game played for its payoff, see
+    :func:`ranking_unit`): the cells and the ranking are the mean payoff in that unit
+    (``payoff``: :func:`marl.competition.ratings.payoff_ratings`), the win rate and the
+    Bradley-Terry Elo of games won beside them."""
     index = {(c["row"], c["col"]): c for c in cells}
     lines = []
-    if mode == "competitive":
+    if mode == "competitive" and unit:
+        lines.append(
+            f"Mean payoff of the row player against the column player, in {unit} per game, "
+            f"with its 95% t-interval, {episodes} episodes per pairing (seats alternate); then "
+            "the row player's win rate with its 95% Wilson interval, draws in parentheses. The "
+            "stakes differ from game to game, so the payoff, not the win rate, says who is ahead."
+        )
+    elif mode == "competitive":
         lines.append(
             f"Win rate of the row player against the column player, {episodes} episodes per "
             "pairing (seats alternate), 95% Wilson interval; draws in parentheses; then the "
@@ -375,17 +419,42 @@ def markdown(
             if c is None:
                 row.append("-")
             elif mode == "competitive":
-                row.append(
-                    f"{c['win_rate']:.2f} [{c['win_lo']:.2f}, {c['win_hi']:.2f}] ({c['draws']} d), "
-                    f"return {c['mean_return']:+.2f} [{c['return_lo']:+.2f}, {c['return_hi']:+.2f}]"
-                )
+                wins = f"{c['win_rate']:.2f} [{c['win_lo']:.2f}, {c['win_hi']:.2f}]"
+                wins += f" ({c['draws']} d)"
+                if unit:
+                    row.append(
+                        f"{c['mean_payoff']:+.3f} [{c['payoff_lo']:+.3f}, {c['payoff_hi']:+.3f}]"
+                        f" {unit}, wins {wins}"
+                    )
+                else:
+                    row.append(
+                        f"{wins}, return {c['mean_return']:+.2f} "
+                        f"[{c['return_lo']:+.2f}, {c['return_hi']:+.2f}]"
+                    )
             else:
                 text = f"{c['team_return']:+.2f} [{c['team_lo']:+.2f}, {c['team_hi']:+.2f}]"
                 if "success" in c:
                     text += f", success {c['success']:.2f}"
                 row.append(text)
         lines.append(f"| {a} | " + " | ".join(row) + " |")
-    if ratings:
+    if ratings and unit and payoff:
+        lines += [
+            "",
+            f"Ranked by mean payoff against the field ({unit} per game: the mean, over the "
+            "player's opponents here, of its mean payoff against each), with bootstrap standard "
+            "errors and 95% intervals (each pairing's games resampled); beside it the "
+            "Bradley-Terry Elo of games won, which ignores the stakes:",
+            "",
+            f"| player | {unit} per game vs the field | se | 95% interval | Elo (games won) |",
+            "|---|---|---|---|---|",
+        ]
+        for name in sorted(payoff, key=lambda p: -payoff[p]["rating"]):
+            r = payoff[name]
+            lines.append(
+                f"| {name} | {r['rating']:+.3f} | {r['se']:.3f} | "
+                f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {ratings[name]['rating']:.0f} |"
+            )
+    elif ratings:
         lines += [
             "",
             "Bradley-Terry ratings on the Elo scale (maximum likelihood over every game, draws "
@@ -402,33 +471,49 @@ def markdown(
     return "\n".join(lines)
 
 
-def heatmap(path: Path, mode: str, names: Sequence[str], cells: Sequence[dict[str, Any]]) -> Path:
-    """A PNG heatmap of the matrix (win rate, or team return)."""
+def heatmap(
+    path: Path,
+    mode: str,
+    names: Sequence[str],
+    cells: Sequence[dict[str, Any]],
+    unit: str | None = None,
+) -> Path:
+    """A PNG heatmap of the matrix: the mean payoff in ``unit`` (a game played for its payoff),
+    the win rate (another competitive game) or the team return."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    key = "win_rate" if mode == "competitive" else "team_return"
+    payoff = mode == "competitive" and unit is not None
+    key = "mean_payoff" if payoff else "win_rate" if mode == "competitive" else "team_return"
     index = {(c["row"], c["col"]): c for c in cells}
     matrix = [
         [index[(a, b)][key] if (a, b) in index else float("nan") for b in names] for a in names
     ]
     size = 2.0 + 0.9 * len(names)
     figure, axes = plt.subplots(figsize=(size + 1.0, size))
-    if mode == "competitive":
+    if payoff:
+        top = max((abs(v) for row in matrix for v in row if not math.isnan(v)), default=0.0)
+        top = top or 1.0  # symmetric around 0: red loses, blue wins
+        image = axes.imshow(matrix, cmap="RdBu", vmin=-top, vmax=top)
+        title = f"mean payoff of row vs column ({unit} per game)"
+    elif mode == "competitive":
         image = axes.imshow(matrix, cmap="RdBu", vmin=0.0, vmax=1.0)
+        title = "win rate of row vs column"
     else:
         image = axes.imshow(matrix, cmap="viridis")
+        title = "team return"
     axes.set_xticks(range(len(names)), names, rotation=45, ha="right")
     axes.set_yticks(range(len(names)), names)
     axes.set_xlabel("column player")
     axes.set_ylabel("row player")
-    axes.set_title("win rate of row vs column" if mode == "competitive" else "team return")
+    axes.set_title(title)
+    shown = "{:+.2f}" if payoff else "{:.2f}"
     for i, row in enumerate(matrix):
         for j, value in enumerate(row):
             if not math.isnan(value):
-                axes.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
+                axes.text(j, i, shown.format(value), ha="center", va="center", fontsize=8)
     figure.colorbar(image, ax=axes)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -446,24 +531,32 @@ def write_results(
     bootstrap: int = 200,
     seed: int = 0,
     exploitability: dict[str, dict[str, Any]] | None = None,
+    payoff_unit: str | None = None,
 ) -> dict[str, Any]:
     """Write crossplay.{md,csv,png,json} under ``out``; returns the JSON payload.
 
     Where the episodes carry individual payoffs (two-agent zero-sum scenarios), the Markdown
     and the JSON (``payoff_by_seat``) hold each player's payoff by seat (:func:`seat_payoffs`).
+    ``payoff_unit``: the scenario's ``ScenarioInfo.payoff_unit`` (a game played for its
+    payoff); where :func:`ranking_unit` keeps it, the matrix, the heatmap and the ranking are
+    the mean payoff (``payoff_ratings`` in the JSON, ``ranked_by: "payoff"``), with the win
+    rate and the Bradley-Terry Elo of games won (``ratings``) beside them.
     ``exploitability``: :func:`marl.runtime.exploitability.exploitability_report`'s result, added to
     the Markdown and to the JSON (``exploitability``)."""
     out.mkdir(parents=True, exist_ok=True)
     names = [p.name for p in players]
-    ratings = None
+    ratings = payoff = unit = None
     if mode == "competitive":
         games = games_of(played)
         cells = competitive_cells(names, games)
         anchor = next((p.name for p in players if p.kind == "bot" and p.bot == "random"), None)
         ratings = bootstrap_ratings(games, names, samples=bootstrap, seed=seed, anchor=anchor)
+        unit = ranking_unit(mode, payoff_unit, games)
+        if unit:
+            payoff = payoff_ratings(games, names, samples=bootstrap, seed=seed)
     else:
         cells = cooperative_cells(names, played)
-    text = markdown(mode, names, cells, ratings, episodes)
+    text = markdown(mode, names, cells, ratings, episodes, unit=unit, payoff=payoff)
     by_seat = seat_payoffs(names, played) if mode == "competitive" else []
     if by_seat:
         text += "\n\n" + seat_markdown(by_seat, list(played[0].seats))
@@ -477,12 +570,15 @@ def write_results(
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(cells)
-    heatmap(out / "crossplay.png", mode, names, cells)
+    heatmap(out / "crossplay.png", mode, names, cells, unit)
     payload = {
         "mode": mode,
         "episodes_per_pairing": episodes,
         "players": [{**asdict(p), "path": _shown(p.path)} for p in players],
         "cells": cells,
+        "ranked_by": None if mode != "competitive" else "payoff" if unit else "elo",
+        "payoff_unit": unit,
+        "payoff_ratings": payoff,
         "ratings": ratings,
         "payoff_by_seat": by_seat,
         "exploitability": exploitability,
@@ -500,7 +596,9 @@ def main(args: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="marl eval",
         description="Play checkpoints, model presets and bots against each other (cross-play); "
-        "write the matrix with 95% intervals (Markdown, CSV, PNG) and Elo ratings.",
+        "write the matrix with 95% intervals (Markdown, CSV, PNG) and Elo ratings; a game "
+        "played for chips (Kuhn Poker) is tabled and ranked by mean payoff, the win rate beside "
+        "it.",
     )
     parser.add_argument(
         "players",
@@ -562,7 +660,8 @@ def main(args: Sequence[str]) -> int:
 
     run = _first_run_config(ns.players, ns.rules_module)
     scenario, overrides = _scenario(run, ns)
-    rules = make(scenario, **overrides).spec.rules
+    probe = make(scenario, **overrides)
+    rules = probe.spec.rules
     if ns.exploitability:
         from marl.runtime.exploitability import tree_of
 
@@ -601,6 +700,7 @@ def main(args: Sequence[str]) -> int:
         bootstrap=ns.bootstrap,
         seed=ns.seed,
         exploitability=report,
+        payoff_unit=probe.rules_cls.info.payoff_unit,
     )
     print((out / "crossplay.md").read_text())
     print(f"wrote {out / 'crossplay.md'}, crossplay.csv, crossplay.png, crossplay.json")

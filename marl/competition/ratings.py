@@ -25,13 +25,23 @@ and ``marl eval`` (:mod:`marl.competition.crossplay`) both use.
 - **Uncertainty** (:func:`bootstrap_ratings`): the games are resampled with replacement and the
   ratings refitted; the spread of the refits gives a standard error and a 95% percentile
   interval per player (Efron & Tibshirani 1993).
+- **Mean payoff against the field** (:func:`payoff_ratings`), for games played for a payoff
+  whose stakes differ from game to game (chips in Kuhn Poker, where a player can win fewer
+  than half its hands and still win chips): player i's rating is the mean, over the opponents
+  it met, of its mean payoff a game against each, ``r_i = mean_j mean_games(x_i)``. It is the
+  row mean of the empirical payoff table of empirical game-theoretic analysis (Wellman 2006,
+  "Methods for empirical game-theoretic analysis"); like every such average it depends on who
+  is in the field (Balduzzi et al. 2018, "Re-evaluating evaluation"). Between two players it
+  is the head-to-head mean payoff. Its uncertainty is a stratified bootstrap: each pairing's
+  games are resampled with replacement, ``r`` recomputed, and the spread gives a standard error
+  and a 95% percentile interval.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 from typing import Any
@@ -45,6 +55,7 @@ __all__ = [
     "expected_score",
     "fit_bradley_terry",
     "outcome",
+    "payoff_ratings",
     "score_of",
 ]
 
@@ -65,12 +76,14 @@ def expected_score(rating_a: float, rating_b: float) -> float:
 class Game:
     """One game between players ``a`` and ``b``; ``score`` is a's (1 win, 0.5 draw, 0 loss),
     ``returns`` what a and b got, when known (a win/loss record hides a margin: in Kuhn Poker a
-    bluff that wins 1 and a call that loses 2 are one win and one loss)."""
+    bluff that wins 1 and a call that loses 2 are one win and one loss), and ``payoffs`` their
+    own payoffs in the game's unit (chips), where the returns determine them."""
 
     a: str
     b: str
     score: float
     returns: tuple[float, float] | None = None
+    payoffs: tuple[float, float] | None = None
 
 
 @dataclass
@@ -217,6 +230,60 @@ def bootstrap_ratings(
             "hi": _percentile(values, 0.975),
         }
     return out
+
+
+def payoff_ratings(
+    games: Sequence[Game],
+    players: Sequence[str] | None = None,
+    *,
+    samples: int = 200,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """Mean payoff against the field, with a stratified bootstrap (see the module docstring):
+    per player ``rating`` (the mean, over the opponents it met, of its mean payoff a game
+    against each), ``se`` and ``lo``/``hi`` (standard deviation and 2.5th/97.5th percentiles of
+    ``samples`` recomputations on each pairing's games resampled with replacement, seeded).
+    Every game must carry ``payoffs``; a player who met no one gets NaN."""
+    names = list(players) if players is not None else _players(games)
+    pairings: dict[frozenset[str], list[Game]] = {}
+    for game in games:
+        if game.payoffs is None:
+            raise ValueError(f"game {game.a!r} vs {game.b!r} carries no payoffs")
+        if game.a != game.b:
+            pairings.setdefault(frozenset((game.a, game.b)), []).append(game)
+    point = _field_means(pairings.values(), names)
+    rng = random.Random(seed)
+    draws: dict[str, list[float]] = {p: [] for p in names}
+    for _ in range(samples if pairings else 0):
+        resampled = [[g[rng.randrange(len(g))] for _ in g] for g in pairings.values()]
+        for p, value in _field_means(resampled, names).items():
+            if not math.isnan(value):
+                draws[p].append(value)
+    out = {}
+    for p in names:
+        values = sorted(draws[p]) or [point[p]]
+        out[p] = {
+            "rating": point[p],
+            "se": pstdev(values) if len(values) > 1 else 0.0,
+            "lo": _percentile(values, 0.025),
+            "hi": _percentile(values, 0.975),
+        }
+    return out
+
+
+def _field_means(pairings: Iterable[Sequence[Game]], names: Sequence[str]) -> dict[str, float]:
+    """Each player's mean, over its pairings, of its mean payoff a game in that pairing."""
+    per_opponent: dict[str, list[float]] = {p: [] for p in names}
+    for pairing in pairings:
+        totals: dict[str, float] = {}
+        for g in pairing:
+            pa, pb = g.payoffs  # type: ignore[misc]
+            totals[g.a] = totals.get(g.a, 0.0) + pa
+            totals[g.b] = totals.get(g.b, 0.0) + pb
+        for p, total in totals.items():
+            if p in per_opponent:
+                per_opponent[p].append(total / len(pairing))
+    return {p: fmean(v) if v else math.nan for p, v in per_opponent.items()}
 
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:

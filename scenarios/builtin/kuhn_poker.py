@@ -63,6 +63,7 @@ class KuhnPokerRules(Rules):
         default_topology="complete",
         default_rounds=3,
         zero_sum=True,
+        payoff_unit="chips",  # net chips a hand: the stakes differ, so win rate is no score
         tree="marl.scenarios.builtin.kuhn_tree",  # solved exactly (ante 1, bet 1, no talk)
     )
 

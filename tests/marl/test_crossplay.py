@@ -1,12 +1,15 @@
 """``marl eval``: players are parsed with errors that name them; pairings play seeded episodes
 with the seats alternating; every model generates once per round for all pairings at once; the
 competitive matrix is consistent (a's wins are b's losses) and the cooperative one has its
-diagonal; the CLI writes Markdown, CSV, PNG and JSON from real tiny-model checkpoints."""
+diagonal; Kuhn Poker is ranked by chips, so the Nash bot ranks above the random bot; the CLI
+writes Markdown, CSV, PNG and JSON from real tiny-model checkpoints."""
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -113,6 +116,82 @@ def test_cooperative_mode_pairs_held_out_partners(tmp_path: Path) -> None:
     assert cells[("rule", "rule")]["success"] == 1.0  # rule bots solve signal together
     assert cells[("random", "rule")]["team_return"] == cells[("rule", "random")]["team_return"]
     assert payload["ratings"] is None
+
+
+def _rule_chips_against_random() -> dict[int, float]:
+    """The exact distribution of the rule bot's net chips a hand against the random bot in
+    Kuhn Poker, both seats equally (every deal, every move weighted by its probability: the
+    rule bot's equilibrium policy, the random bot uniform over the legal moves)."""
+    from marl.scenarios.builtin.kuhn_poker import CARDS, equilibrium_policy, legal_moves
+
+    chips: dict[int, float] = {}
+    for rule_seat in (0, 1):
+        for deal in itertools.permutations(range(3), 2):
+            stack = [((), 1.0 / 12)]  # (moves so far, probability); 6 deals x 2 seats
+            while stack:
+                history, p = stack.pop()
+                legal = legal_moves(history)
+                if not legal:  # ante 1, bet 1: the winner takes half the pot net
+                    pot = 2 + sum(m in ("bet", "call") for m in history)
+                    if history[-1] == "fold":
+                        winner = len(history) % 2  # the player after the folder
+                    else:
+                        winner = 0 if deal[0] > deal[1] else 1
+                    won = pot // 2 * (1 if winner == rule_seat else -1)
+                    chips[won] = chips.get(won, 0.0) + p
+                    continue
+                seat = len(history) % 2
+                if seat == rule_seat:
+                    policy = equilibrium_policy(CARDS[deal[seat]], history, seat == 0)
+                else:
+                    policy = dict.fromkeys(legal, 1 / len(legal))
+                stack += [((*history, m), p * q) for m, q in policy.items() if q]
+    return chips
+
+
+@pytest.mark.slow
+def test_kuhn_poker_is_ranked_by_chips_so_the_rule_bot_ranks_above_random(
+    tmp_path: Path,
+) -> None:
+    """The Nash bot wins chips from the random bot (+0.139 a hand) but fewer than half of the
+    hands (0.479): by hands won it is expected to rank below random; by chips, the ranking
+    marl eval uses for a game that declares a payoff unit, above it. The hands played are
+    computed from the exact mean and variance so that the measured mean lies within 5 standard
+    errors of the exact one (all but 6e-7 of the time), which keeps it above zero."""
+    from marl.scenarios.registry import make
+
+    exact = _rule_chips_against_random()
+    mean = sum(v * p for v, p in exact.items())
+    sd = math.sqrt(sum((v - mean) ** 2 * p for v, p in exact.items()))
+    assert mean == pytest.approx(0.1389, abs=1e-4) and sd == pytest.approx(1.377, abs=1e-3)
+    assert sum(p for v, p in exact.items() if v > 0) < 0.5  # fewer than half the hands won
+    hands = math.ceil((5 * sd / mean) ** 2)  # 5 standard errors = the mean
+    hands += hands % 2  # whole pairs: each scenario seed played from both seats
+    unit = make("kuhn-poker-v0").rules_cls.info.payoff_unit
+    assert unit == "chips"
+    players = parse_players(["random", "rule"], "kuhn_poker")
+    mode, played = crossplay(players, "kuhn-poker-v0", episodes=hands, seed=0, backends={})
+    payload = write_results(tmp_path, mode, players, played, hands, bootstrap=100, payoff_unit=unit)
+    assert payload["ranked_by"] == "payoff" and payload["payoff_unit"] == "chips"
+    ranking = payload["payoff_ratings"]
+    rule = ranking["rule"]
+    assert abs(rule["rating"] - mean) < 5 * sd / math.sqrt(hands)
+    assert rule["rating"] > 0 > ranking["random"]["rating"]
+    assert ranking["random"]["rating"] == pytest.approx(-rule["rating"])  # zero-sum
+    assert rule["lo"] <= rule["rating"] <= rule["hi"]
+    cell = next(c for c in payload["cells"] if (c["row"], c["col"]) == ("rule", "random"))
+    assert cell["mean_payoff"] == pytest.approx(rule["rating"])  # one opponent: head to head
+    assert 0 < cell["win_rate"] < 0.55  # the second column, kept (0.479 expected)
+    text = (tmp_path / "crossplay.md").read_text()
+    table = text[text.index("| player | chips per game vs the field") :]
+    assert table.index("| rule |") < table.index("| random |")
+    # a caller that declares no unit gets the win-based table as before
+    plain = write_results(tmp_path / "plain", mode, players, played[:40], 20, bootstrap=10)
+    assert plain["ranked_by"] == "elo" and plain["payoff_ratings"] is None
+    assert (
+        "Bradley-Terry ratings on the Elo scale"
+        in (tmp_path / "plain" / "crossplay.md").read_text()
+    )
 
 
 class _Counting:

@@ -1,6 +1,6 @@
 """marl.competition.ratings: the win/draw/loss contract, Elo by hand, Bradley-Terry by maximum
 likelihood (checked against the likelihood's own gradient and against known strengths),
-bootstrap."""
+bootstrap, and the mean payoff against the field by hand."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from marl.competition.ratings import (
     expected_score,
     fit_bradley_terry,
     outcome,
+    payoff_ratings,
 )
 from marl.scenarios.zero_sum import outcomes
 
@@ -111,3 +112,20 @@ def test_bootstrap_interval_is_seeded_and_covers_the_fit() -> None:
         assert r["lo"] <= r["rating"] <= r["hi"], p
         assert r["se"] > 0
     assert wilson(10, 20) == pytest.approx((0.299, 0.701), abs=1e-3)
+
+
+def test_payoff_ratings_weigh_each_opponent_equally_and_resample_within_pairings() -> None:
+    # a vs b: +1 and +3 chips (a mean of +2); a vs c, four games: -1 each (a mean of -1)
+    games = [Game("a", "b", 1.0, payoffs=(1.0, -1.0)), Game("b", "a", 0.0, payoffs=(-3.0, 3.0))]
+    games += [Game("c", "a", 1.0, payoffs=(1.0, -1.0))] * 4
+    ratings = payoff_ratings(games, ["a", "b", "c", "d"], samples=200, seed=1)
+    assert ratings["a"]["rating"] == pytest.approx((2.0 - 1.0) / 2)  # not (1 + 3 - 4) / 6
+    assert ratings["b"]["rating"] == pytest.approx(-2.0)
+    assert ratings["c"]["rating"] == pytest.approx(1.0)
+    assert ratings["c"]["se"] == 0.0  # every a-c game is the same: nothing to resample
+    assert ratings["b"]["lo"] == pytest.approx(-3.0) and ratings["b"]["hi"] == pytest.approx(-1.0)
+    assert ratings["a"]["lo"] <= ratings["a"]["rating"] <= ratings["a"]["hi"]
+    assert math.isnan(ratings["d"]["rating"])  # met no one
+    assert payoff_ratings(games, samples=50, seed=2) == payoff_ratings(games, samples=50, seed=2)
+    with pytest.raises(ValueError, match="carries no payoffs"):
+        payoff_ratings([Game("a", "b", 1.0)])
