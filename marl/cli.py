@@ -27,6 +27,7 @@ commands:
   report DIR...          compare runs grouped by their swept axes: tables, plots, 95% CIs
   eval PLAYER...         cross-play: checkpoints, model:<preset> and bots against each other;
                          a matrix with 95% intervals (md, csv, png) and Elo ratings
+                         (games played for chips, Kuhn Poker: ranked by mean chips)
                          e.g. marl eval runs/a runs/b random rule --episodes 40 --out runs/eval
   fetch-model            fetch and convert the embedded SmolLM2-135M-Instruct model once
 
