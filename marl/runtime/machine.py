@@ -215,9 +215,9 @@ def fit_machine(
 
 def _dtype_for(model: ModelSpec, device: str) -> tuple[str, str, str]:
     """(the dtype ``model`` runs in on ``device``, why auto chose it, a warning or "")."""
-    from marl.agents.precision import bf16_slowdown, bf16_support, resolve_dtype
+    from marl.agents.precision import bf16_slowdown, bf16_support
 
-    chosen = resolve_dtype(model.dtype, device, model.kind)
+    chosen = _resolved(model, device).dtype
     if model.dtype == "auto":
         if model.kind == "tiny":
             return chosen, "the tiny test model stays float32", ""

@@ -168,3 +168,19 @@ def test_sizes_that_scale_memory_are_bounded_up_front(overrides: dict, key: str)
         load_config({"train": overrides})
     assert str(refused.value).startswith(key) and "over the limit of 65536" in str(refused.value)
     load_config({"train": {"seeds_per_step": 256, "group_size": 256}})  # 65,536: still allowed
+
+
+def test_the_learning_rate_default_is_declared_once() -> None:
+    """``algo.lr``'s default lives in UpdateSettings alone: an algorithm file that restated it
+    would keep its old value when the default moved. Jobs (demo, kuhn) may still set it."""
+    from pathlib import Path
+
+    import yaml
+
+    from marl.config import UpdateSettings
+
+    root = Path(__file__).resolve().parents[2] / "configs" / "algo"
+    files = sorted(root.glob("*.yaml"))
+    restating = [p.name for p in files if "lr" in yaml.safe_load(p.read_text())]
+    assert restating == [], f"configs/algo files restating algo.lr: {restating}"
+    assert UpdateSettings().lr == 1e-5
