@@ -11,6 +11,13 @@ for about 20 seconds (``InvalidAuthToken`` once a second) and ends in a long tra
 :data:`AUTH_HINT`; :func:`join_failure` turns whatever ``ray.init`` raises while joining into one
 line (it says the same when the probe could not tell). ``ray.address=auto`` is left to Ray: on
 the head node Ray finds the address and the token file by itself.
+
+Before Ray reads anything, :func:`token_source_problem` checks where the token would come from:
+a ``RAY_AUTH_TOKEN_PATH`` that names a FIFO would hang Ray's reader, ``/dev/zero`` would be read
+until memory runs out, and a missing file ends in Ray's traceback. And before Ray's client
+connects, :func:`speaks_grpc` asks the address for an HTTP/2 handshake (every Ray GCS speaks
+gRPC), so an address where something else listens (a web server, SSH) is told in a second, not
+after 40 s of Ray's C++ retries and warnings.
 """
 
 from __future__ import annotations
@@ -18,8 +25,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 AUTH_HINT = (
     "the cluster asks for a token (Ray's token authentication, which `ray start --head` "
@@ -28,6 +36,72 @@ AUTH_HINT = (
     "`ray get-auth-token` on the head node prints it); see docs/scaling.md"
 )
 _AUTH_MARKS = ("InvalidAuthToken", "uthentication token", "Unauthenticated")
+MAX_TOKEN_BYTES = 4096  # Ray's tokens are 64 hex characters; a file far larger is not one
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_HTTP2_SETTINGS = 0x04
+
+
+def token_source_problem(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why the token Ray would read under ``RAY_AUTH_MODE=token`` cannot be one, in one line;
+    ``None`` when there is nothing to check or it looks like a token.
+
+    ``RAY_AUTH_TOKEN`` must be at most :data:`MAX_TOKEN_BYTES`; the file ``RAY_AUTH_TOKEN_PATH``
+    names must exist and be a regular, non-empty file of at most that size (a FIFO would block
+    Ray's reader forever, a device such as ``/dev/zero`` would be read without end). Without
+    ``RAY_AUTH_TOKEN_PATH`` the default ``~/.ray/auth_token`` is Ray's to find or create."""
+    env = os.environ if environ is None else environ
+    if env.get("RAY_AUTH_MODE", "").strip().lower() != "token":
+        return None
+    token = env.get("RAY_AUTH_TOKEN")
+    if token:
+        if len(token.encode()) > MAX_TOKEN_BYTES:
+            return (
+                f"RAY_AUTH_TOKEN: {len(token.encode())} bytes, over the {MAX_TOKEN_BYTES} "
+                "a token can be; set it to the cluster's token (`ray get-auth-token` on the head)"
+            )
+        return None
+    path = env.get("RAY_AUTH_TOKEN_PATH")
+    if not path:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return (
+            f"RAY_AUTH_TOKEN_PATH={path}: cannot be read ({exc.strerror}); name the file that "
+            "holds the cluster's token, or set RAY_AUTH_TOKEN"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        return (
+            f"RAY_AUTH_TOKEN_PATH={path}: not a regular file (a FIFO, device or folder would "
+            "block or never end when read); name the file that holds the cluster's token"
+        )
+    if info.st_size == 0 or info.st_size > MAX_TOKEN_BYTES:
+        return (
+            f"RAY_AUTH_TOKEN_PATH={path}: {info.st_size} bytes, not a token (1 to "
+            f"{MAX_TOKEN_BYTES} bytes); `ray get-auth-token` on the head node prints it"
+        )
+    return None
+
+
+def speaks_grpc(host: str, port: int, timeout_s: float = 3.0) -> bool | None:
+    """Whether what listens at ``host:port`` answers an HTTP/2 handshake, as the gRPC server of
+    a Ray GCS does: it sends a SETTINGS frame first (RFC 9113, section 3.4). ``False`` for a
+    server that answers otherwise or closes; ``None`` when it stays silent for ``timeout_s``
+    (then Ray decides)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(_HTTP2_PREFACE)
+            head = b""
+            while len(head) < 9:
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    return False
+                head += chunk
+    except TimeoutError:
+        return None
+    except OSError:
+        return False
+    return head[3] == _HTTP2_SETTINGS
 
 
 def host_port(address: str) -> tuple[str, int] | None:
@@ -64,7 +138,9 @@ def join_failure(address: str, exc: BaseException) -> str:
     """One line for a failure to join the cluster at ``address``: what to set, when it is the
     token; otherwise the first line of Ray's own reason."""
     if is_auth_failure(exc):
-        return f"ray.address={address}: {AUTH_HINT}"
+        said = next((str(e) for e in _chain(exc) if type(e).__name__ == "AuthenticationError"), "")
+        said = said.strip().splitlines()[0].split(". Ensure")[0][:200] if said.strip() else ""
+        return f"ray.address={address}: {AUTH_HINT}" + (f" (Ray: {said})" if said else "")
     first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
     return (
         f"ray.address={address}: could not join the Ray cluster there "
@@ -104,6 +180,11 @@ def probe(address: str, timeout_s: float = 5.0) -> str | None:
         return (
             f"ray.address={address}: nothing answers there ({reason}); start the head node "
             f"with `ray start --head` and use the address it prints"
+        )
+    if speaks_grpc(*target, timeout_s=timeout_s) is False:
+        return (
+            f"ray.address={address}: something answers there, but not a Ray cluster (no gRPC "
+            f"handshake); use the address `ray start --head` prints (port 6379 by default)"
         )
     try:
         from ray._raylet import GcsClient  # Ray's own client: one request, about a second

@@ -42,7 +42,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import (
+    AuthenticationError,
+    GetTimeoutError,
+    RayActorError,
+    RayError,
+    RayTaskError,
+)
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -52,7 +58,7 @@ from marl.errors import RunError, remote_cause
 from marl.runtime.job_layout import sweep_job_layout
 from marl.runtime.policies import PolicyLearner
 from marl.runtime.policy_map import PolicyPlan, assign_shares
-from marl.runtime.ray_join import join_failure, probe
+from marl.runtime.ray_join import AUTH_HINT, join_failure, probe, token_source_problem
 from marl.runtime.resimulation import merge_credit
 from marl.runtime.rollout import RolloutResult
 from marl.runtime.threads import actor_threads, configure_threads, thread_env
@@ -133,6 +139,9 @@ def connect(settings: RayConfig) -> bool:
     """
     if ray.is_initialized():
         return False
+    unusable = token_source_problem()  # before Ray reads it: a FIFO would hang the join
+    if unusable:
+        raise RunError(unusable)
     common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if settings.address:
         # a cluster that refuses our token, or nothing at the address: one line, at once
@@ -144,7 +153,14 @@ def connect(settings: RayConfig) -> bool:
         except (ConnectionError, RuntimeError, RayError) as exc:
             raise RunError(join_failure(settings.address, exc)) from None
     else:  # "local": a new cluster even if another one runs on this machine (no auto-join)
-        ray.init(address="local", num_cpus=settings.num_cpus, num_gpus=settings.num_gpus, **common)
+        try:
+            ray.init(
+                address="local", num_cpus=settings.num_cpus, num_gpus=settings.num_gpus, **common
+            )
+        except AuthenticationError as exc:  # Ray's own words say what is wrong; then the hint
+            reason = next((line for line in str(exc).splitlines() if line.strip()), "")
+            reason = reason.split(". Ensure")[0][:300]
+            raise RunError(f"ray (local): {reason}; {AUTH_HINT}") from None
     return True
 
 

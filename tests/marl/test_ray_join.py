@@ -37,7 +37,14 @@ from ray.exceptions import AuthenticationError  # noqa: E402
 from marl.cli import register_scenario_options  # noqa: E402
 from marl.config import RayConfig, load_config  # noqa: E402
 from marl.runtime.policy_map import plan_for  # noqa: E402
-from marl.runtime.ray_join import host_port, join_failure, probe  # noqa: E402
+from marl.runtime.ray_join import (  # noqa: E402
+    MAX_TOKEN_BYTES,
+    host_port,
+    join_failure,
+    probe,
+    speaks_grpc,
+    token_source_problem,
+)
 from marl.runtime.ray_runtime import can_place, suggest_fit  # noqa: E402
 
 MARL = str(Path(sys.executable).with_name("marl"))
@@ -91,6 +98,90 @@ def test_nothing_at_the_address_is_one_line_at_once() -> None:
         "head node with `ray start --head` and use the address it prints"
     )
     assert probe("auto") is None
+
+
+def test_ray_s_own_words_come_with_the_hint() -> None:
+    said = AuthenticationError("RAY_AUTH_TOKEN_PATH is set but file cannot be opened: /x. Ensure")
+    message = join_failure("h:1", said)
+    assert "RAY_AUTH_MODE=token" in message and "(Ray: RAY_AUTH_TOKEN_PATH is set but" in message
+    assert "\n" not in message
+
+
+def test_a_token_source_that_cannot_be_a_token_is_refused_before_ray_reads_it(
+    tmp_path: Path,
+) -> None:
+    """A FIFO would block Ray's reader forever, /dev/zero would be read until memory ran out,
+    a folder, a missing, an empty or a huge file is no token: each one line naming the key."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    good = tmp_path / "token"
+    good.write_text("ab" * 32)
+    empty, huge = tmp_path / "empty", tmp_path / "huge"
+    empty.write_text("")
+    huge.write_bytes(b"a" * (MAX_TOKEN_BYTES + 1))
+    token = {"RAY_AUTH_MODE": "token"}
+    for path, why in [
+        (fifo, "not a regular file"),
+        ("/dev/zero", "not a regular file"),
+        (tmp_path, "not a regular file"),
+        (tmp_path / "missing", "cannot be read (No such file"),
+        (empty, "0 bytes, not a token"),
+        (huge, f"{MAX_TOKEN_BYTES + 1} bytes, not a token"),
+    ]:
+        message = token_source_problem({**token, "RAY_AUTH_TOKEN_PATH": str(path)})
+        assert message and message.startswith(f"RAY_AUTH_TOKEN_PATH={path}: {why}"), message
+        assert "\n" not in message
+    assert token_source_problem({**token, "RAY_AUTH_TOKEN_PATH": str(good)}) is None
+    assert token_source_problem({"RAY_AUTH_TOKEN_PATH": str(fifo)}) is None  # auth not on
+    long_token = {**token, "RAY_AUTH_TOKEN": "a" * (MAX_TOKEN_BYTES + 1)}
+    assert token_source_problem(long_token).startswith("RAY_AUTH_TOKEN: 4097 bytes")
+
+
+def test_an_address_where_something_else_listens_is_told_at_once() -> None:
+    """A web server (or SSH) at the address: Ray's client would retry for 40 s and print its
+    C++ warnings; the HTTP/2 handshake a GCS answers tells it in a moment."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        start = time.monotonic()
+        assert speaks_grpc("127.0.0.1", port) is False
+        message = probe(f"127.0.0.1:{port}")
+        assert time.monotonic() - start < 5
+        assert message.startswith(
+            f"ray.address=127.0.0.1:{port}: something answers there, but not a Ray cluster"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_fifo_token_path_fails_the_cli_in_one_line_not_a_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if k not in AUTH_VARS}
+    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(fifo), "OMP_NUM_THREADS": "1"}
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [MARL, "train", "ray=local", "model=tiny", "train.steps=1", f"hydra.run.dir={run}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: RAY_AUTH_TOKEN_PATH={fifo}: not a regular file (a FIFO, device or folder would "
+        "block or never end when read); name the file that holds the cluster's token"
+    ], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not (run / "checkpoints").exists()
 
 
 def _plan(sharing: str, scenario: str = "relay"):
@@ -188,7 +279,9 @@ def test_joining_without_the_token_is_one_line_that_says_what_to_set(
     assert len(errors) == 1, done.stderr[-2000:]
     assert errors[0].startswith(f"error: ray.address={address}: the cluster asks for a token")
     assert "RAY_AUTH_MODE=token" in errors[0]
-    assert "Traceback" not in done.stderr and "InvalidAuthToken" not in done.stderr
+    assert "Traceback" not in done.stderr
+    # Ray's own words, if any, ride on the one line, after the hint
+    assert all("InvalidAuthToken" not in line for line in done.stderr.splitlines()[:-1])
     assert elapsed < 60, f"took {elapsed:.0f}s: it waited for Ray's retries"
 
 
