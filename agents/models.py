@@ -196,7 +196,10 @@ def load_model(
 ) -> tuple[PreTrainedModel, Any]:
     """Build or load the model named by ``spec`` on ``device`` (None: the CPU), in the dtype
     the spec means there; returns ``(model, tokenizer)`` in eval mode."""
+    from marl.agents.memory import check_model_fits
+
     dtype = spec.torch_dtype(device)
+    check_model_fits(spec, device, dtype)  # before a byte is allocated
     if spec.kind == "tiny":
         model, tokenizer = build_tiny_model(spec), build_char_tokenizer()
     elif spec.kind == "embedded":

@@ -17,6 +17,7 @@ class RunError(RuntimeError):
 _LAZY = (
     ("marl.config", "ConfigError"),
     ("marl.agents.models", "ModelFetchError"),
+    ("marl.agents.memory", "ModelTooLargeError"),  # weights that cannot fit the device
     ("marl.agents.backends.vllm", "VLLMSetupError"),  # vllm not installed, unsupported model
 )
 

@@ -55,6 +55,9 @@ EPISODE_KEYS = {"rounds", "lenient_actions"}
 REWARD_KEYS = {"cooperation", "malformed_penalty", "shaping"}
 
 MAX_AGENT_NAME = 64  # characters of one agent name
+# Agents of one scenario file. No registered rules take more than 16; a graph over n agents
+# holds up to n^2 edges, so a list of 100,000 names is refused before anything is built.
+MAX_AGENTS = 1024
 
 
 def _key(key: object) -> str:
@@ -309,8 +312,13 @@ def _agents_of(data: Mapping) -> tuple[list[Problem], list[str]]:
     agents_raw = data.get("agents")
     if not (isinstance(agents_raw, list) and agents_raw):
         return [Problem("agents", "required, a non-empty list of agent names")], []
+    if len(agents_raw) > MAX_AGENTS:
+        return [
+            Problem("agents", f"{len(agents_raw):,} agents, over the limit of {MAX_AGENTS:,}")
+        ], []
     problems: list[Problem] = []
     agents: list[str] = []
+    seen: set[str] = set()
     skeletons: dict[str, str] = {}
     for i, agent in enumerate(agents_raw):
         if not isinstance(agent, str) or not agent.strip():
@@ -332,7 +340,7 @@ def _agents_of(data: Mapping) -> tuple[list[Problem], list[str]]:
             )
         elif (bad := _name_problem(agent)) is not None:
             problems.append(Problem(f"agents[{i}]", bad))
-        elif agent in agents:
+        elif agent in seen:
             problems.append(Problem(f"agents[{i}]", f"duplicate agent {short(agent)}"))
         elif (twin := skeletons.get(_skeleton(agent))) is not None:
             problems.append(
@@ -344,6 +352,7 @@ def _agents_of(data: Mapping) -> tuple[list[Problem], list[str]]:
             )
         else:
             agents.append(agent)
+            seen.add(agent)
             skeletons[_skeleton(agent)] = agent
     return problems, agents
 

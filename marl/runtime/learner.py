@@ -86,6 +86,7 @@ from torch import nn
 from marl.agents.attention import runs_marl_attention, use_marl_attention
 from marl.agents.backends.base import SamplingConfig
 from marl.agents.logprobs import response_logprobs
+from marl.agents.memory import free_memory_bytes
 from marl.agents.packing import PrefixCounter, host_to_device
 from marl.config import UpdateSettings
 from marl.errors import RunError
@@ -644,21 +645,6 @@ def activation_bytes_per_position(model: nn.Module) -> int:
             if weight.dtype != dtype:
                 casts += weight.shape[1] * (torch.finfo(weight.dtype).bits // 8)
     return layers * (10 * hidden + 4 * mlp) * size + casts + 3 * vocab * 4
-
-
-def free_memory_bytes(device: torch.device) -> int:
-    """Free memory where ``device``'s tensors live: the GPU's (CUDA), else the machine's
-    available RAM (``/proc/meminfo``; 4 GiB where it cannot be read)."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 4 << 30
 
 
 def default_microbatch_tokens(model: nn.Module) -> int:

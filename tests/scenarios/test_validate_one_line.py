@@ -147,3 +147,38 @@ def test_a_long_message_is_cut_in_the_middle() -> None:
     assert problem.message.startswith("must be one character, got xxx")
     assert problem.message.endswith(" (the end)") and "characters)..." in problem.message
     assert Problem("k", "short").message == "short"
+
+
+def test_a_hundred_thousand_agents_are_refused_at_once_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Sizes that scale the work have a bound checked first: 100,000 names took 3 minutes
+    (quadratic duplicate checks), and a graph over them would hold 10^10 edges."""
+    import time
+
+    from marl.scenarios.validation import MAX_AGENTS
+
+    names = [f"a{i}" for i in range(100_000)]
+    path = scenario_file(tmp_path, "majority-vote", "crowd", agents=names, roles={})
+    start = time.monotonic()
+    assert main(["validate", str(path)]) == 1
+    assert time.monotonic() - start < 30
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"{path}: agents: 100,000 agents, over the limit of {MAX_AGENTS:,}"]
+    assert err == ""
+
+
+def test_a_thousand_agents_are_checked_in_linear_time() -> None:
+    """At the bound every name is still checked (duplicates and look-alikes by set and dict
+    lookups, not list scans): the duplicate is found, and the rules' agent count is told."""
+    import time
+
+    from marl.scenarios.validation import MAX_AGENTS, validate_scenario
+
+    names = [f"a{i}" for i in range(MAX_AGENTS - 1)] + ["a7"]
+    document, _ = load_document("majority-vote")
+    start = time.monotonic()
+    problems = validate_scenario({**document, "agents": names, "roles": {}})
+    assert time.monotonic() - start < 5
+    keys = [p.path for p in problems]
+    assert f"agents[{MAX_AGENTS - 1}]" in keys and "agents" in keys, keys
