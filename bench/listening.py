@@ -11,6 +11,8 @@ Conditions (each ``marl train`` on SmolLM2-135M with one LoRA adapter per agent,
   code       configs/code.yaml: signal-code-v0, where the listener sees the candidates only as
              attribute indices under a mapping drawn from the run seed; a format-only warm-up
              of the listener, then 40 RL updates. Copying cannot succeed; chance is 0.25.
+  number     configs/code.yaml's recipe on signal-v0: names visible, answers by number. Tells
+             "cannot answer by number" from "no convention formed" in ``code``.
 
 For each run, the held-out success (64 scenarios, ``eval/success`` before the first update and
 after the last) is read from its TensorBoard events, and its checkpoints are measured exactly
@@ -66,6 +68,9 @@ CONDITIONS: dict[str, tuple[list[str], int]] = {
     "rl": (["--config-name", "demo", "warmup.steps=0"], 20),
     "cut": (["--config-name", "demo", CUT], 20),
     "code": (["--config-name", "code"], 40),
+    # issue 40, 2a: the code recipe on signal-v0 (answer by number, names visible), which
+    # separates the number lookup from the convention (pre-registered in communication.md)
+    "number": (["--config-name", "code", "scenario=signal_v0"], 40),
 }
 # the exact listening measures tabulated (all of LISTENING_METRICS but swap_success)
 METRICS = tuple(m for m in LISTENING_METRICS if m != "swap_success")
