@@ -12,8 +12,11 @@ anything, then the zip archive's records (torch.save stores them uncompressed, s
 is compressed, or records that declare more bytes than the file holds, are refused before any
 is inflated: memory stays bounded by the file's size), then unpickles with
 ``torch.load(weights_only=True)``, which builds tensors and plain containers and refuses every
-other object, so a checkpoint never runs code. Any failure is one
-:class:`~marl.errors.RunError` line that names the file and what is wrong with it.
+other object, so a checkpoint never runs code. Then every field of the state is checked against
+what ``marl train`` writes (:mod:`marl.runtime.state_check`: types, ranges, and each tensor's
+dtype, layout, device, shape and finiteness) before anything is built. Any failure is one
+:class:`~marl.errors.RunError` line that names the file and what is wrong with it (the field,
+for a state that does not check out).
 
 A checkpoint's saved config is data too: :func:`saved_model_spec` checks the model it names
 (known keys, values, and a size no larger than the weights it holds) before anything is built.
@@ -29,7 +32,6 @@ import hashlib
 import json
 import os
 import pickle
-import random
 import re
 import shutil
 import stat
@@ -46,6 +48,7 @@ import torch
 
 from marl.errors import RunError
 from marl.protocols.values import is_int
+from marl.runtime.state_check import check_state, tensor_problem
 from marl.scenarios.problems import short
 from marl.scenarios.reader import read_bounded
 
@@ -517,59 +520,6 @@ def _unpickling_reason(exc: BaseException) -> str:
     return lines[0][:160] if lines else ""
 
 
-def check_state(state: object, source: str | Path, manifest_step: int | None = None) -> None:
-    """Raise RunError unless ``state`` has the structure :func:`save_checkpoint` writes for
-    ``marl train``: a step >= 0, RNG states each generator accepts, and per-policy states."""
-
-    def fail(what: str) -> RunError:
-        return RunError(f"resume: {source}: {what}")
-
-    if not isinstance(state, dict):
-        raise fail(f"holds a {type(state).__name__}, not a checkpoint state")
-    step = state.get("step")
-    if not is_int(step) or step < 0:
-        raise fail(f"step is {short(step)}; it must be an integer >= 0")
-    if manifest_step is not None and step != manifest_step:
-        raise fail(f"step is {step} but {MANIFEST_FILE} says {manifest_step}")
-    rng = state.get("rng")
-    if not isinstance(rng, dict) or not {"python", "numpy", "torch"} <= set(rng):
-        raise fail("rng must hold the python, numpy and torch generator states")
-    _check_rng(rng, fail)
-    policies = state.get("policies")
-    if not isinstance(policies, dict) or not policies:
-        raise fail("holds no policy states")
-    for pid, policy in policies.items():
-        if not isinstance(policy, dict) or not isinstance(policy.get("weights"), dict):
-            raise fail(f"policy {short(pid)} has no weights")
-        bad = [k for k, v in policy["weights"].items() if not isinstance(v, torch.Tensor)]
-        if bad:
-            raise fail(f"policy {short(pid)}: weight {short(bad[0])} is not a tensor")
-        learner = policy.get("learner")
-        if not isinstance(learner, dict) or not isinstance(learner.get("optimizer"), dict):
-            raise fail(f"policy {short(pid)} has no optimizer state")
-        if "rng" in learner:
-            _check_python_rng(learner["rng"], fail, f"policy {short(pid)}: learner rng")
-
-
-def _check_python_rng(value: object, fail: Any, what: str) -> None:
-    try:
-        random.Random().setstate(value)  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001
-        raise fail(f"{what} is not a Python random state") from None
-
-
-def _check_rng(rng: Mapping[str, Any], fail: Any) -> None:
-    _check_python_rng(rng["python"], fail, "rng.python")
-    try:
-        np.random.RandomState().set_state(rng["numpy"])
-    except Exception:  # noqa: BLE001
-        raise fail("rng.numpy is not a NumPy random state") from None
-    try:
-        torch.Generator().set_state(rng["torch"])
-    except Exception:  # noqa: BLE001
-        raise fail("rng.torch is not a torch random state") from None
-
-
 # --- the model a checkpoint names ---------------------------------------------------------------
 
 # The most parameters a checkpoint's config may ask marl to build (40 GB in float32), whatever
@@ -684,26 +634,11 @@ def check_resume(state: Mapping[str, Any], config: Any) -> None:
         )
 
 
-def tensor_problem(value: object) -> str:
-    """Why ``value`` cannot be a model weight ("" when it can): not a tensor, sparse or another
-    layout, a meta tensor (no data), integer or complex values, or NaN / infinite entries.
-    Checked before anything loads: a weight cast to int64 once resumed as a zeroed model."""
-    if not isinstance(value, torch.Tensor):
-        return f"is a {type(value).__name__}, not a tensor"
-    if value.layout != torch.strided:
-        return f"is a {str(value.layout).removeprefix('torch.')} tensor, not a dense one"
-    if value.is_meta:
-        return "is a meta tensor (shape only, no values)"
-    if not value.is_floating_point():
-        return f"holds {str(value.dtype).removeprefix('torch.')} values, not floating point"
-    if not bool(torch.isfinite(value).all()):
-        return "holds NaN or infinite values"
-    return ""
-
-
 def check_saved_weights(state: Mapping[str, Any]) -> None:
     """Refuse, before anything is built, a checkpoint one of whose policy weights is no dense,
-    finite, floating-point tensor (:func:`tensor_problem`), in one line naming it."""
+    finite, floating-point tensor (:func:`tensor_problem`), in one line naming it. A state read
+    by :func:`load_checkpoint` has passed this already (:func:`check_state` checks every field);
+    this is for a state that did not come through it."""
     for pid, policy in sorted((state.get("policies") or {}).items()):
         weights = policy.get("weights") if isinstance(policy, Mapping) else None
         for name, value in sorted((weights or {}).items()) if isinstance(weights, Mapping) else []:

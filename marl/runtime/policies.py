@@ -289,7 +289,9 @@ class PolicyLearner:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what :meth:`state_dict` returned; nothing loads unless it fits this model
+        (:func:`check_state_fits`)."""
+        check_state_fits(state, self.learner, self.model, self.spec.id)
         if state.get("kind", "full") == "adapter":
             from peft import set_peft_model_state_dict
 
@@ -309,6 +311,27 @@ class PolicyLearner:
             "update_window": self.window,
             "version": self.version,
         }
+
+
+def check_state_fits(state: Mapping[str, Any], learner: Learner, model: Any, pid: str) -> None:
+    """Refuse, in one line and before anything loads, a policy state (one that
+    :func:`~marl.runtime.state_check.check_state` passed) that does not fit the model built for
+    it: an optimizer state or master of another shape than the parameter of its index (torch
+    would load the one and fail at the first step, and broadcast the other), or two weights the
+    model ties into one tensor saved with different values (loading would keep the last)."""
+    from marl.runtime.state_check import learner_fit_problem, tied_weights_problem
+
+    masters = [master for _, master in learner.masters.pairs]
+    problem = learner_fit_problem(state["learner"], learner.params, masters)
+    if problem:
+        raise RunError(
+            f"resume: policy {pid!r}: the checkpoint's learner state does not fit this model: "
+            f"{problem}"
+        )
+    if state.get("kind", "full") == "full":
+        problem = tied_weights_problem(state["weights"], model)
+        if problem:
+            raise RunError(f"resume: policy {pid!r}: the checkpoint's {problem}")
 
 
 def learner_tensors(learner: Learner) -> Iterator[tuple[str, torch.Tensor]]:

@@ -636,5 +636,5 @@ def test_a_spoilt_weight_is_refused_before_it_loads(
     with pytest.raises(RunError) as info:
         train(config, run_dir=tmp_path / "resumed")
     line = str(info.value)
-    assert "\n" not in line and f"policy 'shared': {name} {message}" in line, line
+    assert "\n" not in line and f"policies.shared.weights.{name} {message}" in line, line
     assert not (tmp_path / "resumed").exists()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
 import subprocess
 import sys
 import textwrap
@@ -47,6 +48,13 @@ def plain_rng_states() -> dict:
     return {**states, "numpy": (kind, np.asarray(key).tolist(), *rest)}
 
 
+def fresh_learner(weights: dict) -> dict:
+    """The learner state of a policy that has not stepped yet: AdamW's settings over one
+    parameter per weight, no per-parameter state, a Python random state."""
+    optimizer = torch.optim.AdamW([torch.zeros(1, requires_grad=True) for _ in weights])
+    return {"optimizer": optimizer.state_dict(), "rng": random.Random(0).getstate()}
+
+
 def write_checkpoint(
     run: Path,
     model: object,
@@ -62,7 +70,7 @@ def write_checkpoint(
             "shared": {
                 "kind": "full",
                 "weights": tiny_weights() if weights is None else weights,
-                "learner": {"optimizer": {}},
+                "learner": fresh_learner(tiny_weights() if weights is None else weights),
             }
         },
         "rng": plain_rng_states(),
