@@ -24,6 +24,11 @@ copy, on one base model: a backend with ``base`` and ``adapter`` attributes, suc
 :class:`marl.runtime.policies.AdapterBackend`) generate together: their rows go to the base in ONE
 call, each row naming its policy's adapter. N agents with an adapter each then cost one call per
 round (plus one per tool continuation), not N, and every agent's turns share the batch.
+
+Before every call, each row's prompt (its reply so far included) and the new tokens it may still
+get must fit in its backend's context (:func:`marl.agents.context.backend_context`): prompts
+grow as an episode's messages accumulate, and one that does not fit is refused in one line
+naming the agent (:class:`marl.agents.context.ContextLengthError`), never cut.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from marl.agents.backends import Generation, PolicyBackend, SamplingConfig, backend_target
+from marl.agents.context import backend_context, check_fits
 from marl.agents.prompts import turn_prompt, untrusted_ids
 from marl.protocols.tools import ToolBox, find_call
 
@@ -116,7 +122,6 @@ def generate_by_policy(
     sampling: SamplingConfig,
     seed: int,
     *,
-    max_prompt_tokens: int | None = None,
     policies: Sequence[str | None] | None = None,
 ) -> tuple[list[list[Reply]], int]:
     """Every request's ``n`` replies (in request order), and the number of generate calls made.
@@ -155,15 +160,23 @@ def generate_by_policy(
                     request.observation,
                     request.info,
                     response_prefix=sampling.response_prefix,
-                    max_prompt_tokens=max_prompt_tokens,
                 )
                 for _ in range(request.n):  # each sample keeps its own count of tool calls
                     tools = ToolBox.from_info(request.info)
                     rows.append(_Row(k, policy, adapter, turn.ids, tools, text=turn.head))
+        limits = {policy: backend_context(backends[policy]) for policy in group}
         pending = rows
         for attempt in range(1 + max((r.tools.max_calls for r in rows if r.tools), default=0)):
             if not pending:
                 break
+            for r in pending:  # a row may grow past the context between calls (tool results)
+                check_fits(
+                    requests[r.owner].agent,
+                    len(r.prompt) + len(r.response),
+                    one.max_new_tokens - r.generated,
+                    limits[r.policy],
+                    f" (policy {r.policy})",
+                )
             budget = max(one.max_new_tokens - r.generated for r in pending)
             prompts = [r.prompt + r.response for r in pending]
             settings = replace(one, max_new_tokens=budget)

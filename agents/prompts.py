@@ -33,15 +33,14 @@ def chat_messages(system_prompt: str, observation: str) -> list[dict[str, str]]:
     return messages
 
 
-def prompt_ids(
-    tokenizer: Any, system_prompt: str, observation: str, max_prompt_tokens: int | None = None
-) -> list[int]:
+def prompt_ids(tokenizer: Any, system_prompt: str, observation: str) -> list[int]:
     """Token ids of the rendered chat, ending with the assistant generation prompt.
 
     Special tokens come only from the chat template: no substring of ``system_prompt`` or
-    ``observation`` becomes a special or added token (see :func:`untrusted_ids`).
-    When ``max_prompt_tokens`` is set, the oldest tokens of the rendering are dropped from the
-    left (the observation's newest lines are at its end).
+    ``observation`` becomes a special or added token (see :func:`untrusted_ids`). Nothing is
+    cut: a prompt too long for the model is refused where the model is known
+    (:mod:`marl.agents.context`), never shortened from the left, which would drop the system
+    prompt and the template's start.
     """
     messages = chat_messages(system_prompt, observation)
     nonce = secrets.token_hex(8)  # content cannot guess it, so it cannot fake a placeholder
@@ -54,8 +53,6 @@ def prompt_ids(
             ids += untrusted_ids(tokenizer, slots[piece])
         elif piece:
             ids += _encode(tokenizer, piece, split_special_tokens=False)
-    if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
-        ids = ids[-max_prompt_tokens:]
     return ids
 
 
@@ -80,18 +77,16 @@ def turn_prompt(
     info: Mapping[str, Any] | None,
     *,
     response_prefix: bool,
-    max_prompt_tokens: int | None = None,
 ) -> TurnPrompt:
     """The one builder of a turn's prompt, for what is trained and what is measured alike.
 
     ``info``: the environment's info dict for the agent (its head and note: ``needs_action``,
-    ``neighbours``, ``response_note``); ``response_prefix``: ``sampling.response_prefix``;
-    ``max_prompt_tokens``: the chat is cut from the left to that many tokens before the note and
-    head are added (so a cut never drops the head). The note and head are tokenized as untrusted
-    text, like the observation: a note is scenario text and never becomes a control token.
+    ``neighbours``, ``response_note``); ``response_prefix``: ``sampling.response_prefix``. The
+    note and head are tokenized as untrusted text, like the observation: a note is scenario text
+    and never becomes a control token.
     """
     head = turn_head(info, response_prefix)
-    ids = prompt_ids(tokenizer, system_prompt, observation, max_prompt_tokens)
+    ids = prompt_ids(tokenizer, system_prompt, observation)
     return TurnPrompt(ids + untrusted_ids(tokenizer, prompt_head(head, response_note(info))), head)
 
 

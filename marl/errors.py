@@ -18,6 +18,7 @@ _LAZY = (
     ("marl.config", "ConfigError"),
     ("marl.agents.models", "ModelFetchError"),
     ("marl.agents.memory", "ModelTooLargeError"),  # weights that cannot fit the device
+    ("marl.agents.context", "ContextLengthError"),  # a prompt longer than the model's context
     ("marl.agents.backends.vllm", "VLLMSetupError"),  # vllm not installed, unsupported model
 )
 

@@ -5,7 +5,8 @@ With ``agents=llm`` the agents play the same policies ``marl train`` would build
 :func:`marl.runtime.policy_map.plan_for` and the inference side is
 :class:`marl.runtime.policies.InferencePolicies` (a backend per full policy, one shared base with an
 adapter per LoRA policy), so every agent generates with its own policy, in one batched call per
-policy and round.
+policy and round. A prompt longer than its model's context is refused in one line, before any
+model loads for the first turn (:mod:`marl.runtime.context_check`) and at any later one.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def play_scripted(scenario: str, bot: str, seed: int, overrides: dict | None = N
 def play_llm(cfg: DictConfig) -> str:
     """Play one episode with the configured policies (as ``marl train`` builds them, before any
     update); returns the transcript."""
+    from marl.runtime.context_check import check_context
     from marl.runtime.policies import InferencePolicies
     from marl.runtime.policy_map import plan_for
     from marl.runtime.rollout import EpisodeSlot, run_episodes
@@ -40,6 +42,7 @@ def play_llm(cfg: DictConfig) -> str:
 
     config = load_config(cfg)
     plan = plan_for(config)  # checked against the scenario's agents before any model loads
+    check_context(config, plan)  # every first prompt fits its model, before any model loads
     seed_everything(config.seed)
     env = make(config.scenario.name, **config.scenario.overrides)
     policies = InferencePolicies(plan, config)

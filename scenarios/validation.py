@@ -2,7 +2,8 @@
 :class:`~marl.scenarios.problems.Problem` per mistake, each naming its key path
 (``graph.edges[3]: unknown agent 'carol'``), from one checker per section of the file.
 
-Agent names may be neither invisible nor look-alikes of each other (README, "Trust model").
+Agent names may be neither invisible nor look-alikes of each other (README, "Trust model"), and
+no text of the file (a value or a key, at any depth) may be longer than :data:`MAX_TEXT_CHARS`.
 The rules, topologies and shaping kinds a document names are looked up in their registries;
 a ``rules_module`` is imported first, since it may register them.
 """
@@ -58,6 +59,14 @@ MAX_AGENT_NAME = 64  # characters of one agent name
 # Agents of one scenario file. No registered rules take more than 16; a graph over n agents
 # holds up to n^2 edges, so a list of 100,000 names is refused before anything is built.
 MAX_AGENTS = 1024
+# The most characters one text of a scenario file may hold: a system prompt, a role, a
+# description, a string in params or anywhere else. Texts become prompts, and a prompt must fit
+# its model's context: the longest of a preset is 8,192 tokens (SmolLM2's), and at about 4
+# characters a token a longer text cannot fit in any preset's prompt. (The 1 MB file bound of
+# marl.scenarios.reader let a 900 KB system prompt through, and one episode then took minutes
+# and gigabytes.) The exact check, with the run's tokenizer and model, is made when a run starts
+# (marl.runtime.context_check) and at every generate call (marl.agents.context).
+MAX_TEXT_CHARS = 32_768
 
 
 def _key(key: object) -> str:
@@ -280,6 +289,7 @@ def validate_scenario(data: object, rules_params: set[str] | None = None) -> lis
     problems += _reward_problems(data)
     problems += [Problem(path, text) for path, text in tool_problems(data.get("tools"), agents)]
     problems += _text_problems(data)
+    problems += _long_text_problems(data)
     problems += _params_problems(data, rules, rules_params)
     if not problems and rules is not None:
         params = dict(data.get("params") or {})
@@ -498,6 +508,37 @@ def _text_problems(data: Mapping) -> list[Problem]:
         for key in ("description", "system_prompt")
         if key in data and not isinstance(data[key], str)
     ]
+
+
+def _long_text_problems(data: Mapping) -> list[Problem]:
+    """Every text of the document longer than :data:`MAX_TEXT_CHARS` (a string value, or a
+    mapping key, at any depth), named by its key path (``roles.alice``, ``params.words[3]``), in
+    document order. A loop, not recursion, and each container visited once: a document built in
+    Python (``overrides``) may nest deeply, share one list many times or contain itself."""
+    why = f"over the limit of {MAX_TEXT_CHARS:,} (a prompt must fit the model's context)"
+    problems: list[Problem] = []
+    seen: set[int] = set()
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if len(value) > MAX_TEXT_CHARS:
+                problems.append(Problem(path, f"{len(value):,} characters, {why}"))
+            continue
+        if not isinstance(value, (Mapping, list, tuple)) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        children: list[tuple[str, object]] = []
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                child = f"{path}.{_key(key)}" if path else _key(key)
+                if isinstance(key, str) and len(key) > MAX_TEXT_CHARS:
+                    problems.append(Problem(child, f"a key of {len(key):,} characters, {why}"))
+                children.append((child, item))
+        else:
+            children = [(f"{path}[{i}]", item) for i, item in enumerate(value)]
+        stack.extend(reversed(children))
+    return problems
 
 
 def _params_problems(

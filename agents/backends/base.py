@@ -13,6 +13,12 @@ if TYPE_CHECKING:  # torch is imported where weights are copied: the config sche
     import torch
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in adapter_names
+# The most tokens one reply may be given, whatever the model: a reply never outgrows its model's
+# context, and no preset's is over 8,192 tokens (SmolLM2's); 32,768 leaves room for an ``hf``
+# model with a longer one. It refuses a typo (100000000) when the config loads, before a model is
+# built and caches are sized by it; the model's own context bounds it exactly when a run starts
+# (:mod:`marl.agents.context`).
+MAX_NEW_TOKENS = 32_768
 
 
 @dataclass
@@ -20,8 +26,9 @@ class SamplingConfig:
     """How replies are sampled: the ``sampling`` config group of a run, what a backend's
     ``generate`` takes, and the distribution the learner's importance ratio is taken under.
 
-    max_new_tokens:  the generation budget of one reply, in tokens; also the constant length of
-                     ``constant`` (Dr. GRPO) loss aggregation.
+    max_new_tokens:  the generation budget of one reply, in tokens, at most
+                     :data:`MAX_NEW_TOKENS` and, with the prompt, the model's context; also the
+                     constant length of ``constant`` (Dr. GRPO) loss aggregation.
     temperature:     the softmax temperature; 0 = greedy. A greedy reply's logprobs are those of
                      temperature 1, the model's own distribution
                      (:func:`marl.agents.logprobs.sampling_logprobs`).
@@ -45,6 +52,11 @@ class SamplingConfig:
         """One check of each field, worded as the config's (``sampling.<field>: ...``)."""
         if not self.max_new_tokens >= 1:
             raise ValueError(f"sampling.max_new_tokens: must be > 0, got {self.max_new_tokens}")
+        if self.max_new_tokens > MAX_NEW_TOKENS:
+            raise ValueError(
+                f"sampling.max_new_tokens: {self.max_new_tokens:,}, over the limit of "
+                f"{MAX_NEW_TOKENS:,} (a reply must fit the model's context)"
+            )
         if not 0 <= self.temperature < math.inf:  # NaN fails every comparison
             raise ValueError(
                 f"sampling.temperature: must be a finite number >= 0, got {self.temperature}"

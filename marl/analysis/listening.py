@@ -410,7 +410,6 @@ def hf_sampler(
     sampling: SamplingConfig,
     *,
     seed: int = 0,
-    max_prompt_tokens: int | None = None,
 ) -> Sampler:
     """The speaker's replies from the rollout's own backends (as the rollout samples them,
     ``sampling.response_prefix`` included)."""
@@ -420,14 +419,7 @@ def hf_sampler(
 
     def sample(requests: Sequence[Any], k: int) -> list[list[str]]:
         asked = [replace(r, n=k) for r in requests]
-        replies, _ = generate_by_policy(
-            backends,
-            policy_of,
-            asked,
-            sampling,
-            seed,
-            max_prompt_tokens=max_prompt_tokens,
-        )
+        replies, _ = generate_by_policy(backends, policy_of, asked, sampling, seed)
         return [[reply.text for reply in row] for row in replies]
 
     return sample
@@ -437,7 +429,6 @@ def hf_scorer(
     backend: Any,
     *,
     sampling: SamplingConfig | None = None,
-    max_prompt_tokens: int | None = None,
     chunk: int = 64,
 ) -> Scorer:
     """The listener's exact distributions from an HF backend (a view of a shared base scores
@@ -467,7 +458,6 @@ def hf_scorer(
                 request.observation,
                 request.info,
                 response_prefix=sampling.response_prefix,
-                max_prompt_tokens=max_prompt_tokens,
             )
             head = turn.head
             if any(not t.startswith(head) for t in options):

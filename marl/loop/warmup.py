@@ -159,19 +159,16 @@ def read_transcripts(path: str | Path) -> list[ImitationTurn]:
     return turns
 
 
-def encode_turn(
-    tokenizer: Any, turn: ImitationTurn, *, max_prompt_tokens: int | None = None
-) -> tuple[list[int], list[int]]:
+def encode_turn(tokenizer: Any, turn: ImitationTurn) -> tuple[list[int], list[int]]:
     """``(prompt ids, response ids)``: the prompt the rollout samples from
-    (:func:`marl.agents.prompts.turn_prompt`, note and head included; ``max_prompt_tokens`` as
-    the rollout's), the response the completion after the head, ended by the end-of-turn token."""
+    (:func:`marl.agents.prompts.turn_prompt`, note and head included), the response the
+    completion after the head, ended by the end-of-turn token."""
     ids = turn_prompt(
         tokenizer,
         turn.system,
         turn.observation,
         turn.info,
         response_prefix=turn.response_prefix,
-        max_prompt_tokens=max_prompt_tokens,
     ).ids
     pieces = _pieces(turn)
     if all(keep for _, keep in pieces):

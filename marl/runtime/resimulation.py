@@ -54,7 +54,6 @@ def backend_generate(
     policy_of: Callable[[str], str],
     sampling: SamplingConfig,
     seed: int = 0,
-    max_prompt_tokens: int | None = None,
 ) -> Callable[[Sequence[GenerationRequest]], list[list[str]]]:
     """The re-simulator's batched ``generate``: one backend call per policy per round. With
     ``sampling.response_prefix`` replies start with their turn's head, exactly as in the
@@ -66,12 +65,7 @@ def backend_generate(
             PromptRequest(r.agent, r.system_prompt, r.observation, r.info, r.n) for r in requests
         ]
         replies, _ = generate_by_policy(
-            backends,
-            policy_of,
-            prompts,
-            sampling,
-            seed * 100_003 + next(calls),
-            max_prompt_tokens=max_prompt_tokens,
+            backends, policy_of, prompts, sampling, seed * 100_003 + next(calls)
         )
         return [[reply.text for reply in options] for options in replies]
 

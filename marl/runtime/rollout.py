@@ -81,7 +81,6 @@ def run_episodes(
     policy_of: Callable[[str], str],
     sampling: SamplingConfig,
     seed: int = 0,
-    max_prompt_tokens: int | None = None,
 ) -> RolloutResult:
     """Play every slot's episode to the end and return the turn records and episode records.
 
@@ -139,7 +138,6 @@ def run_episodes(
             requests,
             sampling,
             seed * 100_003 + round_index,
-            max_prompt_tokens=max_prompt_tokens,
             policies=chosen,
         )
         result.generate_calls += calls

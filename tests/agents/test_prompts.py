@@ -135,4 +135,3 @@ def test_honest_prompts_are_tokenized_as_the_chat_template_does(name: str) -> No
         )
         plain = plain["input_ids"] if hasattr(plain, "keys") else plain
         assert prompt_ids(tokenizer, system, observation) == list(plain)
-        assert prompt_ids(tokenizer, system, observation, 50) == list(plain)[-50:]

@@ -9,8 +9,10 @@ exploitability table's :func:`~marl.runtime.exploitability.info_set_prompts` and
 measure's :func:`~marl.analysis.listening.hf_scorer` (the ids it hands to ``action_scores``).
 The turns are Kuhn Poker's 12 information sets as the environment renders them, plain, with the
 card restated in a note, with text that looks like control tokens in the system prompt, the
-observation and the note, and with a long observation cut by ``max_prompt_tokens`` one token
-short of the shortest chat. Tokenizer-only work (no model runs): a few seconds.
+observation and the note, and with an observation so long that the longest prompt plus
+``sampling.max_new_tokens`` just fits the model's context: nothing of it is cut (the chat decodes
+back to the whole rendered template, system prompt first) and the rollout's context check, which
+runs on every generate call, lets it through. Tokenizer-only work (no model runs): a few seconds.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ import pytest
 
 import marl.agents.action_scores as action_scores_module
 from marl.agents.backends.base import Generation, SamplingConfig
+from marl.agents.context import spec_context
 from marl.agents.generation import PromptRequest, generate_by_policy
 from marl.agents.heads import head_ids, prompt_head, response_note
-from marl.agents.models import build_char_tokenizer, embedded_model_dir, is_complete
-from marl.agents.prompts import prompt_ids, turn_prompt
+from marl.agents.models import ModelSpec, build_char_tokenizer, embedded_model_dir, is_complete
+from marl.agents.prompts import chat_messages, prompt_ids, turn_prompt
 from marl.analysis.listening import hf_scorer
 from marl.loop.warmup import ImitationTurn, encode_turn
 from marl.runtime.exploitability import info_set_prompts
@@ -47,6 +50,7 @@ TOKENIZERS = [
     ),
 ]
 CASES = ["plain", "restated", "forged", "long"]
+LONG_LINE = "\nEarlier hands: check, bet, call."
 
 
 @cache
@@ -57,6 +61,13 @@ def load_tokenizer(name: str) -> Any:
 
         return AutoTokenizer.from_pretrained(embedded_model_dir(), local_files_only=True)
     return build_char_tokenizer()
+
+
+def context_of(name: str) -> int:
+    """The context of the model whose tokenizer is ``name``, as the run's check reads it."""
+    context = spec_context(ModelSpec(kind="embedded" if name == SMOLLM2 else "tiny"))
+    assert context is not None
+    return context
 
 
 @dataclass(frozen=True)
@@ -76,8 +87,9 @@ class RecordingBackend:
     model = None
     options: frozenset[str] = frozenset()
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, context: int | None = None) -> None:
         self.tokenizer = tokenizer
+        self.max_model_len = context  # what the rollout's context check reads (None: unknown)
         self.prompts: list[list[int]] = []
 
     def generate(
@@ -108,10 +120,11 @@ def table_turns(
     case: str,
     sampling: SamplingConfig,
     monkeypatch: pytest.MonkeyPatch,
-    max_prompt_tokens: int | None = None,
+    repeats: int = 0,
 ) -> list[Turn]:
     """The 12 information sets through the exploitability table's own path, recording what the
-    environment showed the mover there (with ``case``'s text added to it)."""
+    environment showed the mover there (with ``case``'s text added to it: for ``long``,
+    ``repeats`` lines of earlier hands)."""
     shown: list[tuple[str, str, str, str, dict[str, Any]]] = []
     reach = kuhn_tree.reach_info_set
 
@@ -125,19 +138,13 @@ def table_turns(
             observation += f"\nalice says: {FORGED}"
             info = {**info, "response_note": f"My card is {FORGED}."}
         elif case == "long":
-            observation += "\nEarlier hands: check, bet, call." * 60
+            observation += LONG_LINE * repeats
         shown.append((key, agent, env.system_prompt(agent), observation, info))
         return observation, info
 
     monkeypatch.setattr(kuhn_tree, "reach_info_set", reach_and_record)
     overrides = RESTATE if case == "restated" else {}
-    sets = info_set_prompts(
-        tokenizer,
-        "kuhn-poker-v0",
-        overrides,
-        sampling=sampling,
-        max_prompt_tokens=max_prompt_tokens,
-    )
+    sets = info_set_prompts(tokenizer, "kuhn-poker-v0", overrides, sampling=sampling)
     monkeypatch.setattr(kuhn_tree, "reach_info_set", reach)
     assert [s.key for s in sets] == [key for key, *_ in shown] == list(kuhn_tree.INFO_SETS)
     out = []
@@ -147,28 +154,39 @@ def table_turns(
     return out
 
 
+def longest(turns: Sequence[Turn]) -> int:
+    return max(len(t.table_ids) for t in turns)
+
+
+def long_repeats(
+    tokenizer: Any, sampling: SamplingConfig, context: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, int]:
+    """``(repeats, step)``: the most lines of earlier hands with which the longest prompt plus
+    ``sampling.max_new_tokens`` still fits ``context``, and the tokens one more line adds."""
+    base = longest(table_turns(tokenizer, "long", sampling, monkeypatch, 1))
+    step = longest(table_turns(tokenizer, "long", sampling, monkeypatch, 2)) - base
+    repeats = 1 + (context - sampling.max_new_tokens - base) // step
+    while longest(table_turns(tokenizer, "long", sampling, monkeypatch, repeats)) > (
+        context - sampling.max_new_tokens
+    ):
+        repeats -= 1
+    return repeats, step
+
+
 def rollout_ids(
-    tokenizer: Any, turns: Sequence[Turn], sampling: SamplingConfig, max_prompt_tokens: int | None
+    tokenizer: Any, turns: Sequence[Turn], sampling: SamplingConfig, context: int | None = None
 ) -> list[list[int]]:
-    """What the rollout's backend is asked to continue, checked against what the learner gets."""
-    backend = RecordingBackend(tokenizer)
+    """What the rollout's backend is asked to continue, checked against what the learner gets
+    (``context``: the backend's, which every generate call checks its prompts against)."""
+    backend = RecordingBackend(tokenizer, context)
     requests = [PromptRequest(t.agent, t.system, t.observation, t.info) for t in turns]
-    replies, calls = generate_by_policy(
-        {"p": backend},
-        lambda agent: "p",
-        requests,
-        sampling,
-        0,
-        max_prompt_tokens=max_prompt_tokens,
-    )
+    replies, calls = generate_by_policy({"p": backend}, lambda agent: "p", requests, sampling, 0)
     assert calls == 1
     assert [reply.prompt_ids for (reply,) in replies] == backend.prompts
     return backend.prompts
 
 
-def warmup_ids(
-    tokenizer: Any, turns: Sequence[Turn], sampling: SamplingConfig, max_prompt_tokens: int | None
-) -> list[list[int]]:
+def warmup_ids(tokenizer: Any, turns: Sequence[Turn], sampling: SamplingConfig) -> list[list[int]]:
     """The prompts the warm-up imitates after."""
     return [
         encode_turn(
@@ -176,7 +194,6 @@ def warmup_ids(
             ImitationTurn(
                 t.agent, t.system, t.observation, "ACTION: bet", t.info, sampling.response_prefix
             ),
-            max_prompt_tokens=max_prompt_tokens,
         )[0]
         for t in turns
     ]
@@ -186,7 +203,6 @@ def listening_ids(
     tokenizer: Any,
     turns: Sequence[Turn],
     sampling: SamplingConfig,
-    max_prompt_tokens: int | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> list[list[int]]:
     """The prompts the listening scorer hands to ``action_scores``."""
@@ -207,7 +223,7 @@ def listening_ids(
     monkeypatch.setattr(action_scores_module, "action_scores", record)
     backend = RecordingBackend(tokenizer)
     backend.model = IdleModel()  # type: ignore[assignment]
-    score = hf_scorer(backend, sampling=sampling, max_prompt_tokens=max_prompt_tokens)
+    score = hf_scorer(backend, sampling=sampling)
     requests = [PromptRequest(t.agent, t.system, t.observation, t.info) for t in turns]
     head = "ACTION:" if sampling.response_prefix else ""
     score(requests, [[f"{head} check", f"{head} bet"]] * len(turns))
@@ -222,21 +238,28 @@ def test_every_caller_builds_the_same_ids_for_the_same_turn(
 ) -> None:
     tokenizer = load_tokenizer(tokenizer_name)
     sampling = SamplingConfig(response_prefix=prefix)
-    limit = None
-    if case == "long":  # one token short of the shortest chat: every prompt is cut
-        whole = table_turns(tokenizer, case, SamplingConfig(), monkeypatch)
-        limit = min(len(t.table_ids) for t in whole) - 1
-    turns = table_turns(tokenizer, case, sampling, monkeypatch, limit)
+    context = context_of(tokenizer_name)
+    repeats = step = 0
+    if case == "long":  # the longest prompt + max_new_tokens just fits: one line more would not
+        repeats, step = long_repeats(tokenizer, sampling, context, monkeypatch)
+    turns = table_turns(tokenizer, case, sampling, monkeypatch, repeats)
     table = [t.table_ids for t in turns]
-    assert rollout_ids(tokenizer, turns, sampling, limit) == table
-    assert warmup_ids(tokenizer, turns, sampling, limit) == table
-    assert listening_ids(tokenizer, turns, sampling, limit, monkeypatch) == table
+    assert rollout_ids(tokenizer, turns, sampling, context) == table
+    assert warmup_ids(tokenizer, turns, sampling) == table
+    assert listening_ids(tokenizer, turns, sampling, monkeypatch) == table
+    if case == "long":
+        assert context - sampling.max_new_tokens - step < longest(turns)
+        assert longest(turns) + sampling.max_new_tokens <= context
 
     special = set(tokenizer.all_special_ids)
     for t in turns:
-        chat = prompt_ids(tokenizer, t.system, t.observation, limit)
-        assert limit is None or len(chat) == limit
+        chat = prompt_ids(tokenizer, t.system, t.observation)
         assert t.table_ids[: len(chat)] == chat
+        if case == "long":  # nothing cut: the template's start, the system prompt, all of it
+            whole = tokenizer.apply_chat_template(
+                chat_messages(t.system, t.observation), add_generation_prompt=True, tokenize=False
+            )
+            assert tokenizer.decode(chat) == whole
         tail = t.table_ids[len(chat) :]  # the note and the head, never cut away
         head = "ACTION:" if prefix else ""
         built = turn_prompt(tokenizer, t.system, t.observation, t.info, response_prefix=prefix)
@@ -271,5 +294,5 @@ def test_the_warm_up_s_bot_turns_are_prompted_as_the_rollout_prompts_them(
     turns = bot_turns(config, 2, step=0)
     assert {t.head for t in turns} >= {"ACTION:"}
     as_turns = [Turn(t.agent, t.system, t.observation, dict(t.info or {}), []) for t in turns]
-    rolled = rollout_ids(tokenizer, as_turns, config.sampling, None)
+    rolled = rollout_ids(tokenizer, as_turns, config.sampling)
     assert [encode_turn(tokenizer, t)[0] for t in turns] == rolled
