@@ -175,6 +175,15 @@ class Rules:
         measures (:mod:`marl.analysis.listening`) and exploitability read policies this way."""
         return None
 
+    def parse_action(self, agent: str, text: str) -> str | None:
+        """The action ``agent``'s parser reads from ``text`` (what an ACTION line holds), as
+        :meth:`legal_actions` names it; ``None`` for a text it rejects. The default accepts the
+        legal texts exactly (stripped); rules whose parser is lenient (case, extra words)
+        override it with that parser, so exact measures score every spelling it accepts
+        (:func:`marl.scenarios.spellings.accepted_texts`)."""
+        legal = self.legal_actions(agent) or {}
+        return legal.get(text.strip())
+
     def tool_data(self, agent: str) -> dict[str, Any]:
         """What each declared tool gets for ``agent`` this round, by tool name (plain data):
         ``{"lookup": {key: value}}`` is the agent's own lookup table (docs/tools.md)."""

@@ -40,8 +40,11 @@ scenarios (one per seed), with the policies held fixed (no update in between):
      scenario whose target is one of this scenario's other candidates; the probability that it
      picks that other target (follows the message) / this scenario's target. Scenarios with no
      such donor are left out of the swap;
-   - ``off_set``: the listener's probability of a reply that is none of the legal texts as
-     written (malformed, or another spelling), given the sent message.
+   - ``off_set``: the listener's probability of a reply that is none of the scored texts,
+     given the sent message. The scored texts of an action are every spelling of it that the
+     scenario's parser accepts among the common variants (case, a full stop, ``the red
+     circle``: :func:`marl.scenarios.spellings.accepted_texts`), so ``off_set`` is the mass on
+     malformed replies and rarer spellings: an upper bound on what the parser rejects.
 
 Each value is reported as the mean over scenarios with a 95% t-interval over scenarios
 (:func:`marl.analysis.stats.mean_interval`), clipped to the measure's range (:data:`BOUNDS`:
@@ -230,13 +233,14 @@ def _listener_turn(
     """Play a copy of ``env`` (reset) with the speaker's first reply replaced by
     ``speaker_reply`` until the listener must act: its request and legal texts."""
     from marl.protocols.markup import IDLE_REPLY
+    from marl.scenarios.spellings import accepted_texts
 
     env = copy.deepcopy(env)
     for _ in range(64):  # a scenario's rounds are few; a runaway loop is a bug
         if not env.agents:
             break
         if listener in env.agents and not env.is_idle(listener):
-            legal = env.rules.legal_actions(listener)
+            legal = accepted_texts(env.rules, listener)  # every spelling its parser reads
             if not legal:
                 raise RunError(
                     f"listening: {listener!r} in {env.spec.name!r} acts from open text (its "

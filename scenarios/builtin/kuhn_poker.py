@@ -180,6 +180,13 @@ class KuhnPokerRules(Rules):
             return None
         return {move: move for move in legal_moves(self.history)} or None
 
+    def parse_action(self, agent: str, text: str) -> str | None:
+        """The move the mover's reply names, read as :meth:`step` reads it (whole words, any
+        case, punctuation around it ignored); ``None`` for the player not to move."""
+        if agent != self.to_move():
+            return None
+        return pick_word(text, legal_moves(self.history))
+
     def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
         """Apply the mover's move; at a fold or showdown, pay out and end the hand."""
         result = RoundResult()

@@ -195,6 +195,13 @@ class SignalRules(Rules):
             texts.update({name: name for name in names})
         return texts
 
+    def parse_action(self, agent: str, text: str) -> str | None:
+        """The candidate name the listener's answer picks, read as :meth:`step` reads it."""
+        if agent != self.listener or not self.candidates:
+            return None
+        pick = self._pick(text)
+        return " ".join(self.candidates[pick]) if 0 <= pick < len(self.candidates) else None
+
     def alternative_labels(self, agent: str) -> list[str]:
         """The speaker's target could have been any candidate (drawn uniformly among them)."""
         return [" ".join(c) for c in self.candidates] if agent == self.speaker else []

@@ -182,6 +182,10 @@ class MatrixRules(Rules):
         stage's last round asks for one: :meth:`needs_action`)."""
         return {action: action for action in self.actions[agent]}
 
+    def parse_action(self, agent: str, text: str) -> str | None:
+        """The action the player's reply names, read as :meth:`step` reads it."""
+        return match_choice(text, self.actions[agent])
+
     def step(self, actions: Mapping[str, str | None], round: int, last_round: bool) -> RoundResult:
         """In an action round: read each player's action, pay the table's payoffs."""
         if not self.needs_action(self.agents[0], round):

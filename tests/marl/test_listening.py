@@ -50,7 +50,8 @@ def listener_following(requests: Sequence[Any], texts: Sequence[Sequence[str]]):
         hits = [i for i, name in enumerate(names) if name in heard]
         row = []
         for text in options:
-            answer = text.removeprefix("ACTION: ")
+            # every spelling the parser accepts is scored: "2.", "Red circle", "the red circle"
+            answer = text.removeprefix("ACTION: ").rstrip(".").lower().removeprefix("the ")
             index = int(answer) - 1 if answer.isdigit() else names.index(answer)
             row.append((1.0 if index in hits else 0.0) if hits else 1.0 / len(options))
         total = sum(row)
