@@ -121,7 +121,7 @@ class ScenarioConfig:
                   ``@register_rules``, bots, topologies and shaping kinds register themselves),
                   as the YAML key ``rules_module`` does; it becomes
                   ``overrides.rules_module``. Importing runs its code: name only modules you
-                  trust (README, "Trust model"). It must be importable in every process that
+                  trust (docs/security.md). It must be importable in every process that
                   builds environments (an installed package, or on PYTHONPATH).
     """
 

@@ -2,7 +2,7 @@
 :class:`ScenarioError` (all of a file's problems at once, so a user fixes it in one pass).
 
 Values quoted in a problem go through :func:`short`, which stays bounded whatever the value
-(README, "Trust model"). This module imports nothing of the package: the rules, the shaping
+(docs/security.md). This module imports nothing of the package: the rules, the shaping
 terms, the YAML reader and the validation all report through it.
 """
 

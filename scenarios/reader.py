@@ -1,7 +1,7 @@
 """Reading a scenario file that nobody vouches for: :func:`read_bounded` reads only regular
 files up to a size, :class:`ScenarioLoader` refuses anchors, aliases, duplicate keys, deep
 nesting and huge numbers, and :func:`read_yaml` turns whatever goes wrong into one
-:class:`~marl.scenarios.problems.ScenarioError` (README, "Trust model").
+:class:`~marl.scenarios.problems.ScenarioError` (docs/security.md).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import yaml
 
 from marl.scenarios.problems import Problem, ScenarioError, short
 
-# Bounds on what a scenario file may make the loader do (README, "Trust model").
+# Bounds on what a scenario file may make the loader do (docs/security.md).
 MAX_YAML_BYTES = 1_000_000  # a scenario file larger than this is refused unread
 MAX_YAML_DEPTH = 50  # nesting of mappings and sequences
 MAX_NUMBER_CHARS = 100  # characters of one YAML number (Python refuses ints over 4300 digits)

@@ -210,7 +210,7 @@ def import_rules_module(name: object) -> list[Problem]:
     shaping kinds register themselves on import); the problems, if it cannot be.
 
     Importing runs the module's code: a scenario file or config may name only modules the user
-    trusts (README, "Trust model"). The name must be an absolute dotted module name that
+    trusts (docs/security.md). The name must be an absolute dotted module name that
     Python's import path already reaches (an installed package, or a directory on
     PYTHONPATH); no file path is accepted and nothing is added to the path.
     """

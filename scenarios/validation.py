@@ -2,7 +2,7 @@
 :class:`~marl.scenarios.problems.Problem` per mistake, each naming its key path
 (``graph.edges[3]: unknown agent 'carol'``), from one checker per section of the file.
 
-Agent names may be neither invisible nor look-alikes of each other (README, "Trust model"), and
+Agent names may be neither invisible nor look-alikes of each other (docs/security.md), and
 no text of the file (a value or a key, at any depth) may be longer than :data:`MAX_TEXT_CHARS`.
 The rules, topologies and shaping kinds a document names are looked up in their registries;
 a ``rules_module`` is imported first, since it may register them.

@@ -8,8 +8,8 @@ positive return won, an agent with a negative return lost, and all returns zero 
 The shipped YAML sets ``reward.cooperation: 0`` and ``reward.malformed_penalty: 0``: an invalid
 move is played as the game's fallback move instead (Kuhn Poker: check, or fold; bargaining: a
 wasted turn), so it costs what the game makes it cost and the returns stay zero-sum. With two
-players and cooperation 0 a return is the agent's payoff minus its opponent's (README,
-"Rewards"), so it is twice the agent's own zero-sum payoff.
+players and cooperation 0 a return is the agent's payoff minus its opponent's
+(docs/scenarios.md, "Rewards"), so it is twice the agent's own zero-sum payoff.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The README's commands work as printed: each command of the five-minute tour, and the
-``marl validate`` / ``marl play scenario=./my_game.yaml`` of "Write your own scenario", run as a
-new user would run them, as subprocesses in a fresh working directory.
+``marl validate`` / ``marl play scenario=./my_game.yaml`` of "Write your own scenario" (in
+docs/scenarios.md), run as a new user would run them, as subprocesses in a fresh working directory.
 
-The commands are read from README.md, not copied here, so a README edit is tested as it stands.
-Only what a test cannot afford is changed, each change listed in :data:`SUBSTITUTIONS` (a
-substitution that no longer matches the README fails the test, so the list stays true):
+The commands are read from README.md and docs/scenarios.md, not copied here, so an edit of
+either is tested as it stands. Only what a test cannot afford is changed, each change listed in
+:data:`SUBSTITUTIONS` (a substitution that no longer matches the README fails the test, so the
+list stays true):
 
 - ``model=smollm2`` becomes ``model=tiny``: tests never run the 135M model;
 - training runs take 1 to 3 steps instead of 20 to 40 (the resume still goes past the first
@@ -34,6 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+SCENARIOS_PAGE = ROOT / "docs" / "scenarios.md"  # holds "## Write your own scenario"
 BIN = Path(sys.executable).parent
 
 # (README text, what the test runs instead, why)
@@ -168,7 +170,7 @@ def test_write_your_own_scenario_checks_and_plays_as_printed(tmp_path: Path) -> 
     """Step 1's YAML saved as my_game.yaml; step 3's ``marl validate my_game.yaml`` and
     ``marl play scenario=./my_game.yaml agents=scripted bot=rule`` (once refused by Hydra as
     ``In 'train': Could not find 'scenario/./my_game.yaml'``)."""
-    text = README.read_text(encoding="utf-8").split("## Write your own scenario", 1)[1]
+    text = SCENARIOS_PAGE.read_text(encoding="utf-8").split("## Write your own scenario", 1)[1]
     game = re.search(r"```yaml\n(.*?)```", text, re.S)
     assert game, "step 1 has a YAML block"
     (tmp_path / "my_game.yaml").write_text(re.sub(r"(?m)^ {3}", "", game.group(1)))

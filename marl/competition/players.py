@@ -2,7 +2,7 @@
 presets loaded into backends (:mod:`marl.competition.crossplay` plays them against each other,
 :mod:`marl.competition.role_eval` by role).
 
-A checkpoint is data (README, "Trust model"): its saved config is read through
+A checkpoint is data (docs/security.md): its saved config is read through
 :func:`checkpoint_config`, which never imports a ``rules_module`` the checkpoint names, and its
 weights must fit the model its config names (:func:`check_weight_shapes`), one line otherwise.
 """
@@ -285,7 +285,7 @@ def checkpoint_config(
 ) -> dict[str, Any]:
     """A checkpoint's saved run config, safe to build a scenario from: it never chooses code.
 
-    A checkpoint is data (README, "Trust model"), so a ``rules_module`` it names (in
+    A checkpoint is data (docs/security.md), so a ``rules_module`` it names (in
     ``scenario.rules_module``, in ``scenario.overrides``, or in the scenario file its
     ``scenario.name`` points at) is not imported: it is removed (the file's is overridden with
     null), with one line on stderr for each, unless the command line names that same module
