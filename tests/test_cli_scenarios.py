@@ -173,9 +173,10 @@ def test_list_shows_every_scenario_with_its_bots(capsys: pytest.CaptureFixture) 
 def test_a_scenario_given_as_a_path_becomes_a_file_option(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``scenario=./my_game.yaml`` (README step 3) is not a Hydra option: it becomes
-    ``scenario=file scenario.name=./my_game.yaml``; names and Hydra's own syntax pass as they
-    are; a value that is neither a scenario nor a file is one line naming it."""
+    """``scenario=./my_game.yaml`` (docs/scenarios.md, "Write your own scenario", step 3) is
+    not a Hydra option: it becomes ``scenario=file scenario.name=./my_game.yaml``; names and
+    Hydra's own syntax pass as they are; a value that is neither a scenario nor a file is one
+    line naming it."""
     from marl.cli import FILE_OPTION, ScenarioArgError, register_scenario_options, scenario_args
 
     options = register_scenario_options()
