@@ -340,7 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "play":
             return _hydra("play", "play", _play_task, rest)
         if command == "train":
-            return _hydra("train", "train", _train_task, rest)
+            from marl.loop.run_folder import continue_in_place
+
+            # resume=<run> continues that run's folder unless hydra.run.dir says otherwise
+            return _hydra("train", "train", _train_task, continue_in_place(rest))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

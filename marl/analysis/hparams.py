@@ -167,8 +167,8 @@ def read_session(log_dir: str | Path) -> tuple[dict[str, HParamValue], dict[str,
         end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
         status = "success" if end.status == api_pb2.STATUS_SUCCESS else "failure"
     finals = {
-        tag: events.Scalars(tag)[-1].value
+        tag: points[-1].value
         for tag in events.Tags()["scalars"]
-        if tag.startswith(FINAL_PREFIX)
-    }
+        if tag.startswith(FINAL_PREFIX) and (points := events.Scalars(tag))
+    }  # a tag whose points a resumed run's purge dropped (marl.loop.resume) has none
     return hparams, finals, status

@@ -11,11 +11,18 @@ from torch.utils.tensorboard import SummaryWriter
 
 
 class TensorBoardLogger:
-    """A thin, namespaced wrapper over ``SummaryWriter`` that can be switched off."""
+    """A thin, namespaced wrapper over ``SummaryWriter`` that can be switched off.
 
-    def __init__(self, log_dir: str | Path, enabled: bool = True) -> None:
+    ``purge_step``: a run continuing this folder from a checkpoint passes the step after it;
+    TensorBoard's reader then drops what earlier writers logged at that step or later (a
+    crashed tail), so every step shows once.
+    """
+
+    def __init__(
+        self, log_dir: str | Path, enabled: bool = True, purge_step: int | None = None
+    ) -> None:
         self.log_dir = Path(log_dir)
-        self.writer = SummaryWriter(str(self.log_dir)) if enabled else None
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step) if enabled else None
         self.session_open = False
 
     def scalars(self, values: dict[str, float], step: int) -> None:

@@ -1,6 +1,12 @@
-"""``marl train``: the driver. One iteration is rollout -> credit -> update -> sync -> log ->
-checkpoint; each phase is a function or a runtime method, and no phase reaches into another's
-internals.
+"""``marl train``: the driver. ``train`` reads as its phases: prepare, resume, set up, warm up,
+then each step rollout -> credit -> measure -> update -> sync -> log, and report. Each phase is
+a function or a runtime method; no phase reaches into another's internals.
+
+What is measured or kept beside the policies (emergence, the held-out evaluation and listening,
+exploitability, the league, the role baselines, checkpoints) hangs off the loop as trackers
+(:mod:`marl.loop.tracking`, listed in :mod:`marl.loop.trackers`): the loop calls their hooks at
+fixed points of each step, and a new measure is one class and one line. A resumed run continues
+its own folder and TensorBoard run where it can, and says so in one line (:mod:`marl.loop.resume`).
 
 Policies come from ``sharing`` / ``policies`` / ``policy_map`` (:mod:`marl.runtime.policy_map`),
 checked against the scenario's agents before anything is built. The phases run in this process
@@ -11,41 +17,29 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from marl.analysis.emergence import tracker_for
-from marl.analysis.evaluation import due, evaluation_metrics
 from marl.analysis.hparams import run_hparams, run_overrides, trial_id
-from marl.analysis.listening_log import listening_tracker
 from marl.analysis.metrics import rollout_metrics
 from marl.analysis.summary import RunSummary
 from marl.analysis.tensorboard import TensorBoardLogger
-from marl.competition.exploitability_log import tracker_for as exploitability_tracker
 from marl.competition.outcomes import episode_bonuses, outcome_metrics
 from marl.config import Config, ConfigError, load_config
 from marl.credit import is_counterfactual
-from marl.credit.advantages import RoleBaselines, advantage_scope
 from marl.loop.credit_phase import credit_phase, mean_influence
+from marl.loop.resume import Resume, open_resume, policy_states, without_resume
 from marl.loop.timing import StepTimer
-from marl.runtime.checkpoint import (
-    check_resume,
-    check_run_folder,
-    check_saved_weights,
-    check_weights,
-    load_checkpoint,
-    save_checkpoint,
-)
+from marl.loop.trackers import Baselines, LeagueTracker, build_trackers, save_state
+from marl.loop.tracking import Run, implements
+from marl.runtime.checkpoint import check_run_folder
 from marl.runtime.local import Runtime, make_runtime
 from marl.runtime.machine import fit_machine, local_gpu_count, memory_metrics
 from marl.runtime.policy_map import PolicyPlan, assign_gpus, assign_shares, plan_for
 from marl.runtime.rollout import RolloutResult
-from marl.runtime.seeding import rng_states, seed_everything, set_rng_states
+from marl.runtime.seeding import seed_everything
 from marl.runtime.workers import step_seeds
 from marl.scenarios.registry import make
 
@@ -132,13 +126,39 @@ def _check_warmup(config: Config) -> None:
             raise ConfigError(f"{key}: {exc.problems[0].message}") from None
 
 
-def policy_states(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per-policy learner states of a checkpoint: policy id -> weights, learner state, version."""
-    return state["policies"]
-
-
 def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str, float]:
     """Train as configured; returns the last iteration's metrics."""
+    config, plan = _prepare(cfg)
+    resume = open_resume(config)
+    run_dir = Path(run_dir) if run_dir is not None else run_dir_of(cfg)
+    check_run_folder(run_dir, config.resume)  # never over another run's checkpoints or events
+    if resume is not None and not _announce(resume, config, run_dir):
+        return {}  # nothing to train: the run's folder is left as it is
+    config_yaml = _set_up(config, run_dir)
+    runtime = make_runtime(config, plan)
+    run: Run | None = None
+    status = "failure"
+    try:
+        start = resume.restore(runtime, config) if resume is not None else 0
+        run = _open_run(config, plan, runtime, run_dir, resume, start)
+        _describe(run, config_yaml)
+        build_trackers(run, resume.state if resume is not None else None)
+        if resume is None and config.warmup.steps > 0:
+            _warm_up(run)
+        metrics = _train_steps(run)
+        status = "success"
+    finally:
+        if run is not None:
+            run.logger.end_session(run.summary.finals(), run.summary.last_step(start), status)
+            run.logger.close()
+        runtime.close()
+    _report(run)
+    return metrics
+
+
+def _prepare(cfg: DictConfig | dict) -> tuple[Config, PolicyPlan | None]:
+    """The config, checked and fitted to this machine, and its policy plan; one line says
+    where the policies go."""
     config = load_config(cfg)
     plan = check_config(config)
     config, plan, machine = fit_machine(config, plan)
@@ -146,12 +166,20 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         print(machine.line(), flush=True)
         if machine.warning:
             print(machine.warning, file=sys.stderr, flush=True)
-    resume = load_checkpoint(config.resume) if config.resume else None
-    if resume is not None:
-        check_resume(resume, config)  # the scenario it was trained on
-        check_saved_weights(resume)  # dense, finite, floating-point tensors, before any build
-    run_dir = Path(run_dir) if run_dir is not None else run_dir_of(cfg)
-    check_run_folder(run_dir, config.resume)  # never over another run's checkpoints or events
+    return config, plan
+
+
+def _announce(resume: Resume, config: Config, run_dir: Path) -> bool:
+    """The resume line; whether there is anything to train (the line goes to stderr if not)."""
+    left = config.train.steps > resume.step
+    print(resume.line(config.train.steps, run_dir), file=sys.stdout if left else sys.stderr)
+    sys.stdout.flush()
+    return left
+
+
+def _set_up(config: Config, run_dir: Path) -> str:
+    """The run folder with its ``config.yaml``, the seeds and the torch threads; the config as
+    YAML."""
     run_dir.mkdir(parents=True, exist_ok=True)
     config_yaml = OmegaConf.to_yaml(OmegaConf.structured(config))
     (run_dir / "config.yaml").write_text(config_yaml)
@@ -160,220 +188,157 @@ def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str
         import torch
 
         torch.set_num_threads(config.runtime.threads)
+    return config_yaml
 
-    runtime = make_runtime(config, plan)
-    logger = TensorBoardLogger(run_dir / "tensorboard", enabled=config.logging.tensorboard)
+
+def _open_run(
+    config: Config,
+    plan: PolicyPlan | None,
+    runtime: Runtime,
+    run_dir: Path,
+    resume: Resume | None,
+    start: int,
+) -> Run:
+    """The run's TensorBoard logger with its HParams session open, and its summary. A run that
+    continues its folder continues its TensorBoard run (:mod:`marl.loop.resume`)."""
+    overrides = run_overrides()
+    hparams = run_hparams(config, without_resume(overrides) if resume else overrides)
+    if resume is not None:  # read before this run's writer purges the crashed tail
+        hparams = resume.hparams(hparams, run_dir)
+    continued = resume is not None and resume.continues(run_dir)
+    purge = resume.purge_step() if resume is not None and continued else None
+    logger = TensorBoardLogger(
+        run_dir / "tensorboard", enabled=config.logging.tensorboard, purge_step=purge
+    )
+    logger.start_session(hparams, trial_id(run_dir))
     t = config.train
-    start = 0
-    progress = None
-    metrics: dict[str, float] = {}
     summary = RunSummary(t.seeds_per_step * t.group_size)
-    logger.start_session(run_hparams(config, run_overrides()), trial_id(run_dir))
-    status = "failure"
-    try:
-        if resume is not None:
-            check_weights(policy_states(resume), runtime.state(), resume.get("config"), config)
-            runtime.load_state(policy_states(resume))
-            set_rng_states(resume["rng"])
-            start = int(resume["step"])
-            left = max(0, t.steps - start)
-            print(
-                f"resume: {config.resume} is step {start}; train.steps={t.steps}: "
-                + (f"{left} step(s) to train" if left else "nothing to train (raise train.steps "
-                   "to continue it)"),
-                file=sys.stderr if not left else sys.stdout,
-                flush=True,
-            )  # fmt: skip
-        placement = runtime.placement()
-        logger.text("config", config_yaml, 0)
-        placement_json = json.dumps(placement, indent=2, default=str)
-        (run_dir / "placement.json").write_text(placement_json)
-        logger.text("placement", f"```\n{placement_json}\n```", 0)
-        emergence = tracker_for(config, runtime.influence)
-        if resume is not None:
-            emergence.load_state_dict(resume.get("emergence"))
-        baselines = _baselines(config, resume)
-        league = _league(config, plan, run_dir, resume)
-        if resume is None and config.warmup.steps > 0:
-            from marl.loop.warmup import run_warmup
+    return Run(config, plan, runtime, run_dir, logger, summary, start, continued)
 
-            assert plan is not None
-            run_warmup(
-                config,
-                runtime.learners,  # type: ignore[attr-defined]
-                plan.policy_of,
-                log=logger.scalars,
-                progress=config.logging.progress,
-            )
-            runtime.sync()
-            if t.checkpoint_every:  # the warmed-up policies: what RL starts from (step 0)
-                save_checkpoint(
-                    run_dir, 0, _checkpoint(config, runtime, 0, emergence, baselines, league)
-                )
-        counterfactual = is_counterfactual(config.credit.name)
-        progress = _progress(start, t.steps, config.logging.progress)
-        listen = listening_tracker(config, plan, runtime)
-        _evaluate(runtime, config, start, logger, summary)
-        _listen(listen, start, logger, summary)
-        exploitability = exploitability_tracker(config, plan, runtime)
-        if exploitability is not None:  # before the first update of this run
-            scored = exploitability.step(start, force=True)
-            logger.scalars(scored, start)
-            summary.add(start, scored)
-        for step in range(start, t.steps):
-            timer = StepTimer()  # perf/<phase>_time for each phase below, and perf/step_time
-            with timer.phase("rollout"):
-                matchup = None
-                if league is not None:
-                    assert plan is not None
-                    matchup = _league_matchup(
-                        league, runtime, plan.trainable[0], step, t.seeds_per_step
-                    )
-                rollout = runtime.rollout(step, matchup)
-            bonuses = episode_bonuses(rollout, step)
-            with timer.phase("credit"):
-                computed = runtime.credit(step, rollout) if counterfactual else None
-                credit_result, credit_metrics = credit_phase(
-                    config.credit,
-                    rollout,
-                    None,
-                    config.algo.advantage,
-                    bonuses,
-                    computed=computed,
-                    baselines=baselines,
-                    game=config.scenario.name,
-                    trainable=plan.trainable if league is not None and plan is not None else None,
-                )
-            # influence re-simulates the rollout's episodes with the policies that played them:
-            # before the update
-            with timer.phase("emergence"):
-                emergence_metrics = emergence.step([e.emergence for e in rollout.episodes], step)
-            with timer.phase("update"):
-                updates = runtime.update(rollout.turns)
-            with timer.phase("sync"):
-                runtime.sync()
-            metrics = rollout_metrics(rollout.turns, rollout.episodes)
-            metrics.update(emergence_metrics)
-            metrics.update(credit_metrics)
-            metrics.update(outcome_metrics(rollout, step, bonuses))
-            metrics.update(_policy_metrics(updates))
-            if league is not None and matchup is not None:
-                metrics.update(league.record(matchup, rollout.episodes))
-            if exploitability is not None:
-                metrics.update(exploitability.step(step + 1))
-            metrics.update(timer.metrics())
-            metrics["perf/generated_tokens_per_s"] = rollout.generated_tokens / max(
-                timer.seconds["rollout"], 1e-9
-            )
-            metrics["perf/generate_calls"] = float(rollout.generate_calls)
-            metrics.update(memory_metrics())
-            logger.scalars(metrics, step + 1)
-            summary.add(step + 1, metrics)
-            _log_samples(logger, config, rollout, credit_result, step)
-            if due(step + 1, t.steps, t.eval_every):
-                _evaluate(runtime, config, step + 1, logger, summary)
-                _listen(listen, step + 1, logger, summary)
-            last = step + 1 == t.steps
-            if last or (t.checkpoint_every and (step + 1) % t.checkpoint_every == 0):
-                state = _checkpoint(config, runtime, step + 1, emergence, baselines, league)
-                save_checkpoint(run_dir, step + 1, state)
+
+def _describe(run: Run, config_yaml: str) -> None:
+    """The config and the placement, as text (at the step a continued run goes on from) and in
+    ``placement.json``."""
+    step = run.start if run.continued else 0
+    placement = json.dumps(run.runtime.placement(), indent=2, default=str)
+    run.logger.text("config", config_yaml, step)
+    (run.run_dir / "placement.json").write_text(placement)
+    run.logger.text("placement", f"```\n{placement}\n```", step)
+
+
+def _warm_up(run: Run) -> None:
+    """The imitation warm-up (``warmup.steps``), then the warmed-up policies' checkpoint: what
+    RL starts from (step 0)."""
+    from marl.loop.warmup import run_warmup
+
+    assert run.plan is not None
+    config = run.config
+    learners = run.runtime.learners  # type: ignore[attr-defined]
+    progress = config.logging.progress
+    run_warmup(config, learners, run.plan.policy_of, log=run.logger.scalars, progress=progress)
+    run.runtime.sync()
+    if config.train.checkpoint_every:
+        save_state(run, 0)
+
+
+def _train_steps(run: Run) -> dict[str, float]:
+    """The trackers' start, then every step left; the last step's metrics."""
+    t = run.config.train
+    progress = _progress(run.start, t.steps, run.config.logging.progress)
+    metrics: dict[str, float] = {}
+    try:
+        if not run.continued:  # a continued run's folder holds its start step already
+            for tracker in run.trackers:
+                tracker.on_start(run)
+        for step in range(run.start, t.steps):
+            metrics = _train_step(run, step)
             progress.update(1)
             progress.set_postfix(
                 reward=f"{metrics.get('team/reward', 0.0):+.3f}",
                 step_s=f"{metrics['perf/step_time']:.1f}",
             )
-        status = "success"
     finally:
-        if progress is not None:
-            progress.close()
-        logger.end_session(summary.finals(), summary.last_step(default=start), status)
-        logger.close()
-        runtime.close()
-    for line in summary.lines():
-        print(line)
-    png = summary.plot(run_dir / "curves.png") if summary.history else None
-    if png is not None:
-        print(f"curves: {png}")
-    print(f"tensorboard logs: {run_dir / 'tensorboard'}  (view: tensorboard --logdir {run_dir})")
+        progress.close()
     return metrics
 
 
-def _baselines(config: Config, resume: dict[str, Any] | None) -> RoleBaselines | None:
-    """The role baselines of a role estimator (``algo.advantage=rae``), restored on resume;
-    None for the other estimators."""
-    if advantage_scope(config.algo.advantage) != "role":
-        return None
-    baselines = RoleBaselines(config.algo.baseline_decay)
-    if resume is not None and resume.get("advantage") is not None:
-        baselines.load_state_dict(resume["advantage"])
-    return baselines
+def _train_step(run: Run, step: int) -> dict[str, float]:
+    """One iteration: rollout -> credit -> measure -> update -> sync -> log; the trackers'
+    tags join the step's, and their after-log hooks (evaluation, checkpoint) close it."""
+    runtime, league = run.runtime, run.find(LeagueTracker)
+    timer = StepTimer()  # perf/<phase>_time for each phase below, and perf/step_time
+    with timer.phase("rollout"):
+        matchup = league.draw(run, step) if league is not None else None
+        rollout = runtime.rollout(step, matchup)
+    bonuses = episode_bonuses(rollout, step)
+    with timer.phase("credit"):
+        credit, credit_metrics = _credit(run, step, rollout, bonuses, league is not None)
+    measured: dict[str, float] = {}
+    for tracker in (t for t in run.trackers if implements(t, "on_rollout")):
+        with timer.phase(tracker.name):  # before the update: the policies that played
+            measured.update(tracker.on_rollout(run, step, rollout))
+    with timer.phase("update"):
+        updates = runtime.update(rollout.turns)
+    with timer.phase("sync"):
+        runtime.sync()
+    metrics = rollout_metrics(rollout.turns, rollout.episodes)
+    metrics.update(measured)
+    metrics.update(credit_metrics)
+    metrics.update(outcome_metrics(rollout, step, bonuses))
+    metrics.update(_policy_metrics(updates))
+    for tracker in run.trackers:
+        metrics.update(tracker.on_update(run, step + 1, rollout))
+    metrics.update(_perf_metrics(timer, rollout))
+    run.log(metrics, step + 1)
+    _log_samples(run, rollout, credit, step)
+    for tracker in run.trackers:
+        tracker.on_logged(run, step + 1)
+    return metrics
 
 
-def _league(
-    config: Config, plan: PolicyPlan | None, run_dir: Path, resume: dict[str, Any] | None
-) -> Any:
-    """The run's :class:`~marl.competition.league.League` (None without one), restored on resume."""
-    if not config.league.enabled or plan is None:
-        return None
-    from marl.competition.league import League
-
-    league = League(config.league, list(plan.agent_policy), run_dir / "league", seed=config.seed)
-    if resume is not None and resume.get("league") is not None:
-        league.load_state_dict(resume["league"])
-    return league
-
-
-def _league_matchup(league: Any, runtime: Runtime, learner: str, step: int, groups: int) -> Any:
-    """Snapshot the learner when due, draw the step's opponent and load its weights into the
-    league's frozen policy (skipped when the workers already hold that snapshot)."""
-    from marl.competition.league import LEAGUE_POLICY
-    from marl.runtime.policies import WeightPayload
-
-    if league.due(step):
-        league.add_snapshot(step, runtime.policy_weights(learner).state)
-    matchup = league.draw(step, groups)
-    if matchup.policy is not None and league.loaded != matchup.opponent:
-        weights = league.load_weights(matchup.opponent)
-        runtime.load_frozen(WeightPayload(LEAGUE_POLICY, "full", weights, version=step))
-        league.loaded = matchup.opponent
-    return matchup
+def _credit(
+    run: Run, step: int, rollout: RolloutResult, bonuses: Any, league: bool
+) -> tuple[Any, dict[str, float]]:
+    """The credit phase (:mod:`marl.loop.credit_phase`); a counterfactual method re-simulates
+    on the runtime first, and under a league only the trainable policies' turns get credit."""
+    config, plan = run.config, run.plan
+    baselines = run.find(Baselines)
+    computed = run.runtime.credit(step, rollout) if is_counterfactual(config.credit.name) else None
+    return credit_phase(
+        config.credit,
+        rollout,
+        None,
+        config.algo.advantage,
+        bonuses,
+        computed=computed,
+        baselines=baselines.baselines if baselines is not None else None,
+        game=config.scenario.name,
+        trainable=plan.trainable if league and plan is not None else None,
+    )
 
 
-def _evaluate(
-    runtime: Runtime, config: Config, updates_done: int, logger: TensorBoardLogger, summary: Any
-) -> None:
-    """The held-out evaluation (``train.eval_episodes``), logged at ``updates_done``: its
-    metrics, each scenario's outcome by scenario seed (text ``eval/successes``) and the paired
-    comparison with the run's first evaluation (``eval/paired/*``, McNemar)."""
-    from marl.analysis.evaluation import evaluation_successes
+def _perf_metrics(timer: StepTimer, rollout: RolloutResult) -> dict[str, float]:
+    """``perf/*``: each phase's time and the step's, generation throughput and memory."""
+    metrics = timer.metrics()
+    metrics["perf/generated_tokens_per_s"] = rollout.generated_tokens / max(
+        timer.seconds["rollout"], 1e-9
+    )
+    metrics["perf/generate_calls"] = float(rollout.generate_calls)
+    metrics.update(memory_metrics())
+    return metrics
 
-    if not config.train.eval_episodes:
+
+def _report(run: Run | None) -> None:
+    """The end-of-run summary lines, the curves' PNG and where the TensorBoard logs are."""
+    if run is None:
         return
-    began = time.perf_counter()
-    rollout = runtime.evaluate(config.train.eval_episodes, updates_done)
-    metrics = evaluation_metrics(rollout)
-    metrics["perf/eval_time"] = time.perf_counter() - began
-    successes = evaluation_successes(rollout)
-    if successes is not None:
-        outcomes = {str(seed): int(ok) for seed, ok in successes.items()}
-        logger.text("eval/successes", json.dumps(outcomes), updates_done)
-    metrics.update(summary.add_evaluation(updates_done, successes))
-    logger.scalars(metrics, updates_done)
-    summary.add(updates_done, metrics)
-
-
-def _listen(
-    listen: Callable[[int], dict[str, float]],
-    updates_done: int,
-    logger: TensorBoardLogger,
-    summary: Any,
-) -> None:
-    """The exact listening measures on held-out scenarios (:mod:`marl.analysis.listening_log`),
-    logged at ``updates_done`` beside the held-out evaluation; nothing where they do not apply."""
-    metrics = listen(updates_done)
-    if metrics:
-        logger.scalars(metrics, updates_done)
-        summary.add(updates_done, metrics)
+    for line in run.summary.lines():
+        print(line)
+    png = run.summary.plot(run.run_dir / "curves.png") if run.summary.history else None
+    if png is not None:
+        print(f"curves: {png}")
+    run_dir = run.run_dir
+    print(f"tensorboard logs: {run_dir / 'tensorboard'}  (view: tensorboard --logdir {run_dir})")
 
 
 def _policy_metrics(updates: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -389,59 +354,16 @@ def _policy_metrics(updates: dict[str, dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def _log_samples(
-    logger: TensorBoardLogger, config: Config, rollout: RolloutResult, credit: Any, step: int
-) -> None:
-    every = config.logging.transcripts_every
-    if not every or not (step % every == 0 or step + 1 == config.train.steps):
+def _log_samples(run: Run, rollout: RolloutResult, credit: Any, step: int) -> None:
+    """Episode 0's transcript and the credit's influence heatmap, every
+    ``logging.transcripts_every`` steps and at the last."""
+    every = run.config.logging.transcripts_every
+    if not every or not (step % every == 0 or step + 1 == run.config.train.steps):
         return
-    logger.text("transcripts/episode_0", rollout.episodes[0].transcript, step + 1)
+    run.logger.text("transcripts/episode_0", rollout.episodes[0].transcript, step + 1)
     influence = mean_influence(credit)
     if influence is not None:
-        logger.heatmap("credit/influence", *influence, step=step + 1)
-
-
-def _checkpoint(
-    config: Config,
-    runtime: Runtime,
-    step: int,
-    emergence: Any,
-    baselines: RoleBaselines | None,
-    league: Any,
-) -> dict[str, Any]:
-    """The one checkpoint state, the same fields at every step (the warmed-up step 0 too):
-    policies, RNG states, step, config, the emergence tracker's state, and the role baselines'
-    and the league's when the run has them."""
-    policies = runtime.state()
-    _refuse_nonfinite(policies, step)
-    state = {
-        "policies": policies,
-        "rng": rng_states(),
-        "step": step,
-        "config": asdict(config),
-        "emergence": emergence.state_dict(),
-    }
-    if baselines is not None:
-        state["advantage"] = baselines.state_dict()
-    if league is not None:
-        state["league"] = league.state_dict()
-    return state
-
-
-def _refuse_nonfinite(policies: dict[str, dict[str, Any]], step: int) -> None:
-    """A checkpoint never holds a NaN or inf: weights, masters and optimizer state are checked
-    before anything is written, so ``latest`` stays on the last good checkpoint."""
-    from marl.errors import RunError
-    from marl.runtime.learner import nonfinite_tensors
-
-    for pid, state in policies.items():
-        bad = nonfinite_tensors(state)
-        if bad:
-            shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-            raise RunError(
-                f"refusing to checkpoint step {step}: policy {pid!r} has non-finite values in "
-                f"{shown}; the previous checkpoint is kept"
-            )
+        run.logger.heatmap("credit/influence", *influence, step=step + 1)
 
 
 def _progress(start: int, total: int, enabled: bool):  # noqa: ANN202

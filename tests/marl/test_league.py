@@ -17,7 +17,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from marl.competition.league import LEAGUE_POLICY, League
 from marl.config import ConfigError, LeagueConfig, load_config
 from marl.loop.credit_phase import credit_phase
-from marl.loop.train import _league_matchup, check_config, train
+from marl.loop.trackers import _league_matchup
+from marl.loop.train import check_config, train
 from marl.runtime.local import LocalRuntime
 
 AGENTS = ["alice", "bob"]

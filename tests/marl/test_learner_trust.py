@@ -175,7 +175,7 @@ def test_cli_reports_nonfinite_stop_in_one_line(tmp_path: Path) -> None:
 
 
 def test_checkpoint_refuses_nonfinite_state() -> None:
-    from marl.loop.train import _refuse_nonfinite
+    from marl.loop.trackers import _refuse_nonfinite
 
     good = {"weights": {"w": torch.ones(3)}, "learner": {"optimizer": {"state": {}}}}
     _refuse_nonfinite({"shared": good}, step=4)
