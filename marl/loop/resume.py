@@ -105,13 +105,13 @@ class Resume:
         return {**hparams, "resumed_from": str(self.checkpoint)}
 
 
-def open_resume(config: Config) -> Resume | None:
+def open_resume(config: Config, extra_fields: Sequence[str] = ()) -> Resume | None:
     """The checkpoint ``resume=`` names, loaded and checked before anything is built (None
-    without ``resume``)."""
+    without ``resume``); ``extra_fields``: the registered trackers' checkpoint fields."""
     if not config.resume:
         return None
     where = resolve_checkpoint(config.resume)
-    state = load_checkpoint(where)
+    state = load_checkpoint(where, extra_fields=extra_fields)
     check_resume(state, config)  # the scenario it was trained on
     check_saved_weights(state)  # dense, finite, floating-point tensors, before any build
     return Resume(str(config.resume), where, state, int(state["step"]), run_folder(where))

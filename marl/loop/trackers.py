@@ -275,6 +275,12 @@ def register(tracker: type[Tracker]) -> type[Tracker]:
     return tracker
 
 
+def tracker_fields() -> tuple[str, ...]:
+    """The checkpoint fields of the registered trackers (:attr:`Tracker.key`), for the
+    checkpoint checker to accept beside its own (``load_checkpoint(extra_fields=...)``)."""
+    return tuple(t.key for t in TRACKERS if t.key)
+
+
 def build_trackers(run: Run, resume: dict[str, Any] | None) -> list[Tracker]:
     """The run's trackers, in :data:`TRACKERS` order, each restored from ``resume`` (a
     checkpoint state) where it holds the tracker's field; also kept as ``run.trackers``."""

@@ -32,9 +32,16 @@ from marl.credit import is_counterfactual
 from marl.loop.credit_phase import credit_phase, mean_influence
 from marl.loop.resume import Resume, open_resume, policy_states, without_resume
 from marl.loop.timing import StepTimer
-from marl.loop.trackers import Baselines, LeagueTracker, build_trackers, save_state
+from marl.loop.trackers import (
+    Baselines,
+    LeagueTracker,
+    build_trackers,
+    save_state,
+    tracker_fields,
+)
 from marl.loop.tracking import Run, implements
 from marl.runtime.checkpoint import check_run_folder
+from marl.runtime.context_check import check_context
 from marl.runtime.local import Runtime, make_runtime
 from marl.runtime.machine import fit_machine, local_gpu_count, memory_metrics
 from marl.runtime.policy_map import PolicyPlan, assign_gpus, assign_shares, plan_for
@@ -129,7 +136,7 @@ def _check_warmup(config: Config) -> None:
 def train(cfg: DictConfig | dict, run_dir: str | Path | None = None) -> dict[str, float]:
     """Train as configured; returns the last iteration's metrics."""
     config, plan = _prepare(cfg)
-    resume = open_resume(config)
+    resume = open_resume(config, tracker_fields())
     run_dir = Path(run_dir) if run_dir is not None else run_dir_of(cfg)
     check_run_folder(run_dir, config.resume)  # never over another run's checkpoints or events
     if resume is not None and not _announce(resume, config, run_dir):
@@ -161,6 +168,7 @@ def _prepare(cfg: DictConfig | dict) -> tuple[Config, PolicyPlan | None]:
     where the policies go."""
     config = load_config(cfg)
     plan = check_config(config)
+    check_context(config, plan)  # every first prompt + sampling.max_new_tokens fits its model
     config, plan, machine = fit_machine(config, plan)
     if plan is not None:
         print(machine.line(), flush=True)

@@ -38,7 +38,7 @@ import stat
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -353,8 +353,9 @@ def _follow_latest(root: Path, latest: Path) -> Path:
 # --- load -------------------------------------------------------------------------------------
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load and check a checkpoint saved by :func:`save_checkpoint`; raises RunError."""
+def load_checkpoint(path: str | Path, extra_fields: Sequence[str] = ()) -> dict[str, Any]:
+    """Load and check a checkpoint saved by :func:`save_checkpoint`; raises RunError.
+    ``extra_fields``: top-level fields of registered trackers, accepted as plain data."""
     directory = resolve_checkpoint(path)
     manifest = _read_manifest(directory)
     payload = directory / STATE_FILE
@@ -372,7 +373,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
                 f"resume: {payload} is corrupt: its sha256 does not match {MANIFEST_FILE}"
             )
         state = _torch_load(f, payload, size, "resume")
-    check_state(state, payload, manifest_step=manifest["step"])
+    check_state(state, payload, manifest_step=manifest["step"], extra_fields=extra_fields)
     return state
 
 

@@ -1,6 +1,6 @@
 """Every field of a checkpoint's ``state.pt``, checked before anything is built or loaded.
 
-``marl train`` saves one state (``_checkpoint`` in :mod:`marl.loop.train`); ``marl train
+``marl train`` saves one state (:func:`marl.loop.trackers.checkpoint_state`); ``marl train
 train.resume=...`` and ``marl eval`` read it back through :func:`check_state`, which refuses a
 state that this code could not have written, in one line naming the field
 (``policies.shared.learner.optimizer.state.3.exp_avg has shape (4, 8) != its parameter's
@@ -75,19 +75,28 @@ class _Bad(Exception):
         super().__init__(f"{path} {what}".strip())
 
 
-def check_state(state: object, source: str | Path, manifest_step: int | None = None) -> None:
+def check_state(
+    state: object,
+    source: str | Path,
+    manifest_step: int | None = None,
+    extra_fields: Sequence[str] = (),
+) -> None:
     """Raise one :class:`RunError` line (``resume: <source>: <field> ...``) unless ``state`` is
     a checkpoint state as ``marl train`` writes it (:func:`state_problem`)."""
-    problem = state_problem(state, manifest_step)
+    problem = state_problem(state, manifest_step, extra_fields)
     if problem:
         raise RunError(f"resume: {source}: {problem}")
 
 
-def state_problem(state: object, manifest_step: int | None = None) -> str:
+def state_problem(
+    state: object, manifest_step: int | None = None, extra_fields: Sequence[str] = ()
+) -> str:
     """The first field of ``state`` that no checkpoint of this code holds, as one line naming
-    it ("" when every field checks out); ``manifest_step``: the step ``manifest.json`` says."""
+    it ("" when every field checks out); ``manifest_step``: the step ``manifest.json`` says.
+    ``extra_fields``: top-level fields a registered tracker adds (``marl.loop.trackers``); each
+    must hold plain data (as ``config``: string keys, lists, numbers, strings, None)."""
     try:
-        _state(state, manifest_step)
+        _state(state, manifest_step, tuple(extra_fields))
     except _Bad as bad:
         return str(bad)
     return ""
@@ -162,10 +171,14 @@ def tied_weights_problem(weights: Mapping[str, torch.Tensor], model: torch.nn.Mo
 # --- the state ----------------------------------------------------------------------------------
 
 
-def _state(state: object, manifest_step: int | None) -> None:
+def _state(state: object, manifest_step: int | None, extra_fields: tuple[str, ...] = ()) -> None:
     if not isinstance(state, dict):
         raise _Bad("", f"holds a {type(state).__name__}, not a checkpoint state")
-    _fields(state, "", TOP_FIELDS, required=("step",))
+    extra_fields = tuple(k for k in dict.fromkeys(extra_fields) if k not in TOP_FIELDS)
+    _fields(state, "", TOP_FIELDS + extra_fields, required=("step",))
+    for key in extra_fields:  # a registered tracker's state: plain data only
+        if key in state:
+            _plain(state[key], key, 0)
     step = state["step"]
     if not is_int(step) or not 0 <= step <= MAX_STEP:
         raise _Bad("step", f"is {short(step)}; it must be an integer >= 0 and < 10^18")

@@ -151,11 +151,12 @@ def test_the_cli_refuses_a_scenario_whose_prompt_exceeds_the_tiny_model(
     )
     line = refused_in_one_line(done)
     assert re.fullmatch(
-        r"error: agent 'alice' \(policy shared(, first turn)?\): a prompt of [\d,]+ tokens \+ 48 "
+        r"error: agent 'alice' \(policy shared, first turn\): a prompt of [\d,]+ tokens \+ 48 "
         rf"new tokens = [\d,]+, over the model's context of 4,096 tokens; {re.escape(ADVICE)}",
         line,
     ), line
     assert not (run / "checkpoints").exists()  # nothing trained
+    assert not (run / "tensorboard").exists()  # refused before the run opened anything
 
 
 @pytest.mark.slow

@@ -55,6 +55,9 @@ class Probe(Tracker):
     def state_dict(self) -> Any:
         return {"calls": len(self.calls)}
 
+    def load_state_dict(self, state: Any) -> None:
+        self.calls.append(("loaded", state["calls"]))
+
 
 @pytest.fixture
 def registry(monkeypatch: pytest.MonkeyPatch) -> list[type[Tracker]]:
@@ -81,11 +84,33 @@ def test_a_registered_tracker_is_called_at_every_step_and_logs_to_tensorboard(
     logged = [(e.step, e.value) for e in events.Scalars("probe/turns")]
     assert [step for step, _ in logged] == [1, 2] and all(v > 0 for _, v in logged)
     assert len(events.Scalars("perf/probe_time")) == 2  # its on_rollout is timed as a phase
-    # its state is in each checkpoint, taken after its own hooks of that step ran (read raw: the
-    # resume checks know the built-in fields only)
+    # its state is in each checkpoint, taken after its own hooks of that step ran
     for step, calls in ((1, 4), (2, 7)):
         state = torch.load(tmp_path / "checkpoints" / f"step_{step:06d}" / "state.pt")
         assert state["probe"] == {"calls": calls}
+
+
+def test_a_registered_tracker_s_state_resumes_and_an_unknown_field_is_refused(
+    tmp_path: Path, registry: list[type[Tracker]]
+) -> None:
+    """The checkpoint checker accepts a registered tracker's field (plain data) and hands it
+    back on resume; without the tracker registered, the same field is a foreign one, refused
+    in one line naming it."""
+    from marl.errors import RunError
+    from marl.runtime.checkpoint import load_checkpoint
+
+    trackers.register(Probe)
+    train(tiny(), run_dir=tmp_path / "run")
+    Probe.calls.clear()
+    resumed = tiny(resume=str(tmp_path / "run" / "checkpoints"))
+    resumed["train"] = {**resumed["train"], "steps": 3}
+    train(resumed, run_dir=tmp_path / "run")
+    assert Probe.calls[0] == ("loaded", 7) and ("update", 3) in Probe.calls
+    registry.remove(Probe)
+    known = "policies, rng, step, config, emergence, advantage, league, scenario"
+    refused = rf"probe is not a field of a checkpoint \(known: {known}\)$"
+    with pytest.raises(RunError, match=refused):
+        load_checkpoint(tmp_path / "run" / "checkpoints", extra_fields=trackers.tracker_fields())
 
 
 def test_a_name_taken_is_refused_with_the_registered_names(
