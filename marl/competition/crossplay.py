@@ -793,7 +793,7 @@ def _first_run_config(specs: Sequence[str], rules_module: str | None = None) -> 
             continue
         if Path(path).exists():
             if config is None:
-                saved = load_checkpoint(path).get("config") or {}
+                saved = load_checkpoint(path, command="eval").get("config") or {}
                 config = checkpoint_config(saved, path, rules_module)
         elif "/" in path:
             raise RunError(f"eval: checkpoint not found: {path}")

@@ -120,10 +120,16 @@ def _load_snapshot_player(player: Player) -> tuple[dict[str, Any], dict[str, Any
 
     path = Path(player.path)  # type: ignore[arg-type]
     config_file = path.parent.parent / "config.yaml"
-    if not config_file.is_file():
+    if path.parent.name != "league" or not config_file.is_file():
+        hint = (
+            f"; for this checkpoint, name its step folder ({path.parent})"
+            if path.name == "state.pt"
+            else ""
+        )
         raise RunError(
-            f"eval: {path} is not a league snapshot of a run: no {config_file} to read its "
-            "model from"
+            f"eval: {path} is a file, not a checkpoint: name a run, its checkpoints folder or a "
+            "step_N folder (which holds state.pt and manifest.json), or a league snapshot "
+            f"<run>/league/snapshot_N.pt{hint}"
         )
     from marl.runtime.checkpoint import load_tensor_file
     from marl.scenarios.problems import ScenarioError
@@ -166,7 +172,7 @@ def _load_checkpoint_player(player: Player) -> tuple[Any, dict[str, Any], str]:
     checkpoint player."""
     from marl.runtime.checkpoint import load_checkpoint
 
-    state = load_checkpoint(player.path)  # type: ignore[arg-type]
+    state = load_checkpoint(player.path, command="eval")  # type: ignore[arg-type]
     policies = state.get("policies", {})
     if player.policy is None:
         if len(policies) != 1:

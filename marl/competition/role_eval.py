@@ -97,7 +97,7 @@ def load_pairs(
             continue
         if not Path(body).exists():
             raise RunError(f"eval: checkpoint not found: {body}")
-        state = load_checkpoint(body)
+        state = load_checkpoint(body, command="eval")
         saved = checkpoint_config(state.get("config") or {}, body, rules_module)
         config = load_config(saved)
         plan = plan_for(config)

@@ -353,9 +353,22 @@ def _follow_latest(root: Path, latest: Path) -> Path:
 # --- load -------------------------------------------------------------------------------------
 
 
-def load_checkpoint(path: str | Path, extra_fields: Sequence[str] = ()) -> dict[str, Any]:
-    """Load and check a checkpoint saved by :func:`save_checkpoint`; raises RunError.
+def load_checkpoint(
+    path: str | Path, extra_fields: Sequence[str] = (), command: str = "resume"
+) -> dict[str, Any]:
+    """Load and check a checkpoint saved by :func:`save_checkpoint`; raises RunError, labelled
+    with ``command`` (``eval: ...`` under ``marl eval``, ``resume: ...`` by default).
     ``extra_fields``: top-level fields of registered trackers, accepted as plain data."""
+    try:
+        return _load_checkpoint(path, extra_fields)
+    except RunError as exc:
+        text = str(exc)
+        if command != "resume" and text.startswith("resume: "):
+            raise RunError(f"{command}: {text.removeprefix('resume: ')}") from None
+        raise
+
+
+def _load_checkpoint(path: str | Path, extra_fields: Sequence[str]) -> dict[str, Any]:
     directory = resolve_checkpoint(path)
     manifest = _read_manifest(directory)
     payload = directory / STATE_FILE

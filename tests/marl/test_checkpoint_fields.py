@@ -444,7 +444,8 @@ def test_the_cli_refuses_each_kind_in_one_line_and_changes_nothing(
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert 1 <= len(lines) <= 2, done.stderr  # the error, and perhaps the machine's load warning
     state_file = run / "checkpoints" / "step_000001" / STATE_FILE
-    assert lines[-1] == f"error: resume: {state_file}: {message}"
+    label = "resume" if command == "train" else "eval"  # errors say which command met them
+    assert lines[-1] == f"error: {label}: {state_file}: {message}"
     assert snapshot(run) == before, "the run folder changed"
     # the output folder: nothing of marl's (Hydra keeps its own .hydra and log there)
     made = {p.name for p in out.iterdir()} if out.exists() else set()

@@ -349,7 +349,7 @@ def test_a_deflated_state_file_is_refused_before_it_inflates(tmp_path: Path) -> 
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     stored = zipfile.ZipFile(io.BytesIO(payload)).getinfo("archive/data/0").compress_size
     assert errors == [
-        f"error: resume: {directory / STATE_FILE}: record 'archive/data/0' is compressed (zip "
+        f"error: eval: {directory / STATE_FILE}: record 'archive/data/0' is compressed (zip "
         f"method 8) to {stored} bytes from {512 * 2**20}; torch.save stores records "
         "uncompressed, so refusing to inflate it"
     ]
@@ -364,3 +364,29 @@ def test_a_model_preset_is_a_name_never_a_path(name: str) -> None:
     assert str(refused.value).startswith("eval: unknown model preset ")
     assert "known: smollm2, tiny" in str(refused.value)
     assert model_preset("tiny")["kind"] == "tiny"
+
+
+def test_a_stray_file_is_told_what_a_checkpoint_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``marl eval`` on a file that is no snapshot says it is not a checkpoint and what one is
+    (once: 'no /tmp/config.yaml to read its model from'); a run's state.pt is pointed at its
+    step folder. Both labelled ``eval:``."""
+    from marl.cli import main
+
+    stray = tmp_path / "weights.pt"
+    stray.write_bytes(b"junk")
+    assert main(["eval", str(stray), "random", "--scenario", "signal", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: eval: {stray} is a file, not a checkpoint: name a run, its checkpoints folder "
+        "or a step_N folder (which holds state.pt and manifest.json), or a league snapshot "
+        "<run>/league/snapshot_N.pt"
+    ]
+    step = tmp_path / "run" / "checkpoints" / "step_000003"
+    step.mkdir(parents=True)
+    (step / "state.pt").write_bytes(b"junk")
+    state = str(step / "state.pt")
+    assert main(["eval", state, "random", "--scenario", "signal", "--episodes", "1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: eval: ") and line.endswith(f"name its step folder ({step})")
