@@ -120,7 +120,12 @@ def _load_snapshot_player(player: Player) -> tuple[dict[str, Any], dict[str, Any
 
     path = Path(player.path)  # type: ignore[arg-type]
     config_file = path.parent.parent / "config.yaml"
-    if path.parent.name != "league" or not config_file.is_file():
+    if path.parent.name == "league" and not config_file.is_file():
+        raise RunError(
+            f"eval: {path} sits in a run's league folder, but there is no {config_file} to "
+            "read its model from"
+        )
+    if path.parent.name != "league":
         hint = (
             f"; for this checkpoint, name its step folder ({path.parent})"
             if path.name == "state.pt"
