@@ -429,17 +429,33 @@ def hf_sampler(
     return sample
 
 
+def _groups(sizes: Sequence[int], limit: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` runs of consecutive items whose sizes sum to at most ``limit`` (an item
+    larger than ``limit`` alone): bounds the rows, so the memory, of one scoring pass."""
+    runs, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and total + size > limit:
+            runs.append((start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        runs.append((start, len(sizes)))
+    return runs
+
+
 def hf_scorer(
     backend: Any,
     *,
     sampling: SamplingConfig | None = None,
-    chunk: int = 64,
+    chunk: int = 512,
 ) -> Scorer:
     """The listener's exact distributions from an HF backend (a view of a shared base scores
     with its adapter active; the model's train/eval mode is restored), at the run's
     ``sampling.temperature``, after the prompt the rollout samples from
     (:func:`marl.agents.prompts.turn_prompt`: ``sampling.response_prefix``'s head included;
-    default :class:`SamplingConfig`'s). ``chunk`` prompts are scored at a time, in one packed row
+    default :class:`SamplingConfig`'s). Prompts are scored a group at a time, each group
+    holding at most ``chunk`` reply texts (whole prompts: one with more is a group of its own),
+    in one packed row
     (:func:`~marl.agents.action_scores.action_scores`: logits only where a reply token is
     predicted), which bounds the memory of the pass."""
     from marl.agents.action_scores import action_scores
@@ -474,12 +490,12 @@ def hf_scorer(
         off: list[float] = []
         try:
             with adapter_active(model, adapter):
-                for start in range(0, len(prompts), chunk):  # the logits are (B, T, V)
-                    part = replies[start : start + chunk]
+                for start, stop in _groups([len(r) for r in replies], chunk):
+                    part = replies[start:stop]
                     scores = action_scores(
                         model,
                         tokenizer,
-                        prompts[start : start + chunk],
+                        prompts[start:stop],
                         part,
                         temperature=sampling.temperature,
                     )
