@@ -146,6 +146,13 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
         "command": run_command(where),
         "heldout_success": {"before": success[0], "after": success[-1]} if success else None,
         "speaker_mi": _last(scalars, "emergence/speaker/speaker_mi"),
+        # what the docs quote beside the table: messages the cut edge dropped per episode at the
+        # end (the cut control's speaker still talks), and the swap's success per measured step
+        "comm_cut_dropped": _last(scalars, "comm/cut_dropped"),
+        "swap_success": {
+            step: (v["summary"].get("swap_success") or {}).get("mean")
+            for step, v in measured.items()
+        },
         "listening": {
             step: {m: (v["summary"].get(m) or {}).get("mean") for m in METRICS}
             for step, v in measured.items()
