@@ -638,3 +638,34 @@ def test_a_spoilt_weight_is_refused_before_it_loads(
     line = str(info.value)
     assert "\n" not in line and f"policies.shared.weights.{name} {message}" in line, line
     assert not (tmp_path / "resumed").exists()
+
+
+def test_an_oversized_manifest_or_latest_is_never_read_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``manifest.json`` is read up to 64 KiB and ``latest`` up to 256 bytes (docs/security.md,
+    Limits): a larger manifest, or a FIFO in its place, is refused in one line naming it; a
+    larger ``latest`` cannot be read, so resume takes the newest complete step and says so."""
+    from marl.runtime.checkpoint import MAX_LATEST_BYTES, MAX_MANIFEST_BYTES
+
+    for step in (1, 2):
+        save_checkpoint(tmp_path, step, fake_state(step))
+    root = tmp_path / "checkpoints"
+    latest = root / "latest"
+    latest.write_text("step_000001" + " " * MAX_LATEST_BYTES)  # a name, padded past the limit
+    assert load_checkpoint(tmp_path)["step"] == 2  # not step 1, which it names
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and f"over the limit of {MAX_LATEST_BYTES}" in warning[0]
+    assert warning[0].endswith("taking step_000002, the newest complete step")
+
+    manifest = root / "step_000002" / "manifest.json"
+    manifest.write_text(manifest.read_text() + " " * MAX_MANIFEST_BYTES)
+    with pytest.raises(RunError) as refused:
+        load_checkpoint(root / "step_000002")
+    message = str(refused.value)
+    assert "\n" not in message and str(manifest) in message
+    assert f"over the limit of {MAX_MANIFEST_BYTES}" in message
+    manifest.unlink()
+    os.mkfifo(manifest)
+    with pytest.raises(RunError, match=r"manifest.json is unreadable \(not a regular file"):
+        load_checkpoint(root / "step_000002")  # returns at once: a FIFO is never opened blocking
