@@ -220,16 +220,7 @@ def bootstrap_ratings(
             refit = fit_bradley_terry(resampled, names, **fit)
             for p in names:
                 draws[p].append(refit[p])
-    out = {}
-    for p in names:
-        values = sorted(draws[p]) or [point[p]]
-        out[p] = {
-            "rating": point[p],
-            "se": pstdev(values) if len(values) > 1 else 0.0,
-            "lo": _percentile(values, 0.025),
-            "hi": _percentile(values, 0.975),
-        }
-    return out
+    return _bootstrap_summary(point, draws, names)
 
 
 def payoff_ratings(
@@ -259,6 +250,14 @@ def payoff_ratings(
         for p, value in _field_means(resampled, names).items():
             if not math.isnan(value):
                 draws[p].append(value)
+    return _bootstrap_summary(point, draws, names)
+
+
+def _bootstrap_summary(
+    point: Mapping[str, float], draws: Mapping[str, list[float]], names: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Per player: the point estimate, and the standard deviation and 2.5th/97.5th percentiles
+    of its bootstrap draws (the point alone when there are none)."""
     out = {}
     for p in names:
         values = sorted(draws[p]) or [point[p]]
