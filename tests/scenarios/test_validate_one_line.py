@@ -182,3 +182,26 @@ def test_a_thousand_agents_are_checked_in_linear_time() -> None:
     assert time.monotonic() - start < 5
     keys = [p.path for p in problems]
     assert f"agents[{MAX_AGENTS - 1}]" in keys and "agents" in keys, keys
+
+
+def test_the_shaping_and_round_bounds_hold_at_their_edges() -> None:
+    """``reward.shaping`` takes at most MAX_TERMS terms and ``episode.rounds`` at most 1,000
+    (docs/security.md, Limits): the bound itself validates, one past it is one problem naming
+    the key."""
+    from marl.scenarios.shaping import MAX_TERMS
+    from marl.scenarios.validation import validate_scenario
+
+    document, _ = load_document("signal")
+    term = {"kind": "format", "weight": 0.1, "until_step": 3}
+
+    def problems(**changes: object) -> list[str]:
+        return [f"{p.path}: {p.message}" for p in validate_scenario({**document, **changes})]
+
+    assert problems(reward={"shaping": [term] * MAX_TERMS}) == []
+    assert problems(reward={"shaping": [term] * (MAX_TERMS + 1)}) == [
+        f"reward.shaping: at most {MAX_TERMS} terms, got {MAX_TERMS + 1}"
+    ]
+    assert problems(episode={"rounds": 1000}) == []
+    assert problems(episode={"rounds": 1001}) == [
+        "episode.rounds: must be an integer between 1 and 1000"
+    ]
