@@ -253,7 +253,7 @@ def _load_weights(model: Any, weights: dict[str, Any], player: Player) -> None:
 def check_weight_shapes(model: Any, weights: dict[str, Any], what: str) -> None:
     """Raise one :class:`RunError` line (``what`` first) when a tensor of ``weights`` has
     another shape than the model's tensor of that name, before ``load_state_dict`` would."""
-    from marl.runtime.checkpoint import tensor_problem
+    from marl.runtime.state_check import tensor_problem
 
     for name, value in weights.items():
         problem = tensor_problem(value)

@@ -32,7 +32,6 @@ from marl.config import Config
 from marl.loop.run_folder import RESUME_KEYS, run_folder
 from marl.runtime.checkpoint import (
     check_resume,
-    check_saved_weights,
     check_weights,
     load_checkpoint,
     resolve_checkpoint,
@@ -113,7 +112,6 @@ def open_resume(config: Config, extra_fields: Sequence[str] = ()) -> Resume | No
     where = resolve_checkpoint(config.resume)
     state = load_checkpoint(where, extra_fields=extra_fields)
     check_resume(state, config)  # the scenario it was trained on
-    check_saved_weights(state)  # dense, finite, floating-point tensors, before any build
     return Resume(str(config.resume), where, state, int(state["step"]), run_folder(where))
 
 

@@ -48,7 +48,7 @@ import torch
 
 from marl.errors import RunError
 from marl.protocols.values import is_int
-from marl.runtime.state_check import check_state, tensor_problem
+from marl.runtime.state_check import check_state
 from marl.scenarios.problems import short
 from marl.scenarios.reader import read_bounded
 
@@ -646,19 +646,6 @@ def check_resume(state: Mapping[str, Any], config: Any) -> None:
             f"resume: the checkpoint was trained on scenario {short(before)}, this run plays "
             f"{short(now)}; set resume_allow_scenario_change=true to continue on another scenario"
         )
-
-
-def check_saved_weights(state: Mapping[str, Any]) -> None:
-    """Refuse, before anything is built, a checkpoint one of whose policy weights is no dense,
-    finite, floating-point tensor (:func:`tensor_problem`), in one line naming it. A state read
-    by :func:`load_checkpoint` has passed this already (:func:`check_state` checks every field);
-    this is for a state that did not come through it."""
-    for pid, policy in sorted((state.get("policies") or {}).items()):
-        weights = policy.get("weights") if isinstance(policy, Mapping) else None
-        for name, value in sorted((weights or {}).items()) if isinstance(weights, Mapping) else []:
-            problem = tensor_problem(value)
-            if problem:
-                raise RunError(f"resume: the checkpoint's policy {pid!r}: {name} {problem}")
 
 
 def check_weights(

@@ -44,7 +44,6 @@ from marl.runtime.checkpoint import (
     MANIFEST_FILE,
     STATE_FILE,
     check_resume,
-    check_saved_weights,
     check_weights,
     load_checkpoint,
     save_checkpoint,
@@ -648,7 +647,6 @@ def resume_into(runtime: Any, config: Any, tracker: Any, directory: Path) -> dic
     checkpoint, then load it into the built runtime, the generators and the emergence tracker."""
     state = load_checkpoint(directory)
     check_resume(state, config)
-    check_saved_weights(state)
     check_weights(state["policies"], runtime.state(), state.get("config"), config)
     runtime.load_state(state["policies"])
     set_rng_states(state["rng"])
