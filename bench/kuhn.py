@@ -1,14 +1,25 @@
-"""The Kuhn Poker experiment of issue 27: SmolLM2 trained three ways, and the exact
+"""The Kuhn Poker experiments of issues 27 and 40: SmolLM2 trained several ways, and the exact
 exploitability of what it learned, 5 seeds per condition.
 
 Conditions (each ``marl train --config-name kuhn``: configs/kuhn.yaml, SmolLM2-135M full
 fine-tuning, one policy on both seats, GRPO over groups of 4 hands on one deal with a KL anchor
-to the warmed-up model, 16 hands an iteration, a format-only warm-up first):
+to the warmed-up model, 16 hands an iteration, a format-only warm-up first; since issue 40 the
+card restated before the move and a malformed reply costing 1.5 chips):
 
-  selfplay   ``league=selfplay``: the learner plays both seats, both trained (SPIRAL's setup).
-  vs_nash    ``league=bot_rule``: against the scenario's rule bot, a Nash equilibrium (bluff
-             rate 1/6). The learner plays one seat per group (alternating), only its turns train.
-  vs_random  ``league=bot_random``: the same against the uniform random bot.
+  selfplay        ``league=selfplay``: the learner plays both seats, both trained (SPIRAL's
+                  setup).
+  selfplay_blind  the same with ``params.restate_card=false``: the card only in the
+                  observation, the card-blind control trained in the same experiment.
+  vs_nash         ``league=bot_rule``: against the scenario's rule bot, a Nash equilibrium
+                  (bluff rate 1/6). The learner plays one seat per group (alternating), only its
+                  turns train.
+  vs_random       ``league=bot_random``: the same against the uniform random bot.
+
+By default the script runs issue 40's experiment (selfplay and selfplay_blind, seeds 0-4, in
+runs/kuhn_card, tabulated in bench/results/kuhn_card/). Issue 27's 15 runs (bench/results/kuhn/)
+were trained before the defaults changed; they are reproduced with
+``--runs runs/kuhn5 --out bench/results/kuhn --conditions selfplay vs_nash vs_random --
+scenario.overrides.params.restate_card=false scenario.overrides.reward.malformed_penalty=-1.0``.
 
 The warm-up (configs/kuhn.yaml ``warmup:``) imitates the ``format`` bot, which for Kuhn Poker
 is the random bot: it teaches the reply format (one move word, then the end of the turn) with
@@ -91,11 +102,14 @@ from marl.scenarios.builtin.kuhn_tree import INFO_SETS, nash_policy  # noqa: E40
 ROOT = Path(__file__).resolve().parent.parent
 CONDITIONS: dict[str, list[str]] = {
     "selfplay": ["league=selfplay"],
+    # the card-blind control: self-play as above with the card only in the observation
+    "selfplay_blind": ["league=selfplay", "scenario.overrides.params.restate_card=false"],
     "vs_nash": ["league=bot_rule"],
     "vs_random": ["league=bot_random"],
 }
 LABELS = {
     "selfplay": "self-play (league, GRPO, KL anchor)",
+    "selfplay_blind": "self-play, card not restated (the card-blind control)",
     "vs_nash": "against the Nash bot",
     "vs_random": "against the random bot",
 }
@@ -111,9 +125,13 @@ FRESH = "league/exploitability_fresh"
 PARSE_FAILURES = "team/parse_failure_rate"  # replies naming no legal move, the bot's included
 LAST = 10  # iterations the per-run parse failure rate is averaged over
 UNIFORM = 11 / 24  # the uniform random policy's exploitability (NashConv 11/12)
+CARD_BLIND_FLOOR = 1 / 3  # no card-blind policy is less exploitable (card_blind_facts)
+READS_CARD = 0.25  # a run reads its card: final card spread >= this (pre-registered, issue 40)
+CONTROL = {"selfplay": "selfplay_blind"}  # a condition -> its concurrent control
 GRID = 10  # card-blind policies searched on a grid of step 1/GRID per betting history
-DEFAULT_RUNS = ROOT / "runs" / "kuhn5"
-DEFAULT_OUT = ROOT / "bench" / "results" / "kuhn"
+DEFAULT_RUNS = ROOT / "runs" / "kuhn_card"  # issue 40's experiment (the card restated)
+DEFAULT_OUT = ROOT / "bench" / "results" / "kuhn_card"
+DEFAULT_CONDITIONS = ["selfplay", "selfplay_blind"]
 
 
 def run_dir(args: argparse.Namespace, condition: str, seed: int) -> Path:
@@ -253,11 +271,21 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     change = out["exploitability"]["change"]
     half = statistics.fmean(end) <= statistics.fmean(start) / 2
     excludes = change is not None and not math.isnan(change["high"]) and change["high"] < 0
+    below = clustered(end)
+    below_floor = below is not None and (
+        below["high"] < CARD_BLIND_FLOOR
+        if not math.isnan(below["high"])
+        else below["mean"] < CARD_BLIND_FLOOR
+    )
     out["goal"] = {
         "end_at_most_half_of_start": half,
         "change_interval_excludes_0": excludes,
-        "met": half and excludes,
+        "end_interval_below_card_blind_floor": below_floor,
+        "met": half and excludes and below_floor,
     }
+    spreads = [card_spread(r["final_table"]["aggressive"]) for r in mine]
+    out["card_spread"] = clustered(spreads)
+    out["reads_card"] = sum(x >= READS_CARD for x in spreads)
     out["curve"] = _mean_curve(mine)
     times = [r["step_time_median_s"] for r in mine if r["step_time_median_s"] is not None]
     walls = [r["wall_s"] for r in mine if r["wall_s"] is not None]
@@ -266,6 +294,30 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["wall_s_median"] = statistics.median(walls) if walls else None
     out["learner_turns_per_step"] = statistics.fmean(turns) if turns else None
     return out
+
+
+def against_control(runs: list[dict[str, Any]], condition: str) -> dict[str, Any] | None:
+    """The condition against its concurrent control, paired by seed: the differences
+    (condition - control) of the final exploitability and card spread over the seeds both have."""
+    control = CONTROL.get(condition)
+    mine = {r["seed"]: r for r in runs if r["condition"] == condition}
+    theirs = {r["seed"]: r for r in runs if r["condition"] == control}
+    seeds = sorted(set(mine) & set(theirs))
+    if not seeds:
+        return None
+
+    def spread(r: dict[str, Any]) -> float:
+        return card_spread(r["final_table"]["aggressive"])
+
+    return {
+        "control": control,
+        "seeds": seeds,
+        "end_exploitability": paired(
+            [theirs[k]["end"]["exploitability"] for k in seeds],
+            [mine[k]["end"]["exploitability"] for k in seeds],
+        ),
+        "card_spread": paired([spread(theirs[k]) for k in seeds], [spread(mine[k]) for k in seeds]),
+    }
 
 
 def _mean_curve(mine: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -303,13 +355,15 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         f"(NashConv / 2: 0 at a Nash equilibrium, {UNIFORM:.3f} for uniform random play). "
         "Start: after the format warm-up, before the first update; end: after the last. "
         "Seed-clustered means with 95% t-intervals over seeds; changes paired by seed. "
-        "Goal (issue 27, for self-play): mean end <= half the mean start, with a change "
-        "interval below 0.",
+        "Goal (issues 27 and 40, for self-play): mean end <= half the mean start, with a "
+        "change interval below 0, and (issue 40) the end's interval below the card-blind "
+        f"floor {CARD_BLIND_FLOOR:.3f}. Reads its card: final card spread >= {READS_CARD} "
+        "(pre-registered in docs/competition.md).",
         "",
         "| condition | seeds | exploitability start -> end | change (paired) | end / start "
-        "| goal | chips vs Nash start -> end | chips vs random start -> end "
+        "| goal | reads its card | chips vs Nash start -> end | chips vs random start -> end "
         "| malformed mass start -> end | learner turns / step | step (s) | run (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for condition in CONDITIONS:
         a = table.get(condition)
@@ -323,12 +377,23 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {condition} | {len(a['seeds'])} | {_fmt(e['start'])} -> {_fmt(e['end'])} "
             f"| {_fmt(e['change'], sign=True)} | {_fmt(e['ratio'], 2)} | {goal} "
+            f"| {a['reads_card']} of {len(a['seeds'])} "
             f"| {_fmt(n['start'], sign=True)} -> {_fmt(n['end'], sign=True)} "
             f"| {_fmt(r['start'], sign=True)} -> {_fmt(r['end'], sign=True)} "
             f"| {_fmt(m['start'])} -> {_fmt(m['end'])} "
             f"| {'-' if turns is None else f'{turns:.1f}'} | {_seconds(a['step_time_median_s'])} "
             f"| {_seconds(a['wall_s_median'])} |"
         )
+    for condition in CONDITIONS:
+        c = table.get(f"{condition}_vs_control")
+        if c:
+            lines += [
+                "",
+                f"{condition} against its concurrent control {c['control']}, paired by seed "
+                f"({len(c['seeds'])} seeds; {condition} - {c['control']}): final exploitability "
+                f"{_fmt(c['end_exploitability'], sign=True)}, final card spread "
+                f"{_fmt(c['card_spread'], 2, sign=True)}.",
+            ]
     lines += [
         "",
         "Per run (exploitability start -> end; parse failures: the share of replies in play "
@@ -470,7 +535,7 @@ def plot(path: Path, table: dict[str, Any], runs: list[dict[str, Any]]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for condition, colour in zip(CONDITIONS, ("C0", "C1", "C2")):
+    for condition, colour in zip(CONDITIONS, ("C0", "C3", "C1", "C2")):
         a = table.get(condition)
         if not a:
             continue
@@ -500,7 +565,7 @@ def plot(path: Path, table: dict[str, Any], runs: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
+    parser.add_argument("--conditions", nargs="+", default=DEFAULT_CONDITIONS, choices=CONDITIONS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=30, help="RL iterations per run")
     parser.add_argument("--every", type=int, default=5, help="updates between exact scorings")
@@ -537,6 +602,10 @@ def main() -> None:
     if len(models) > 1:
         raise SystemExit(f"{args.runs}: runs of several models ({', '.join(sorted(models))})")
     table = {c: aggregate(runs, c) for c in args.conditions}
+    for condition in args.conditions:
+        versus = against_control(runs, condition)
+        if versus is not None:
+            table[f"{condition}_vs_control"] = versus
     text = markdown(table, runs)
     payload = {
         "args": vars(args),

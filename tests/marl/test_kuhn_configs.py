@@ -112,3 +112,21 @@ def test_one_step_against_the_nash_bot_with_the_tiny_model(tmp_path: Path) -> No
     assert 0.0 <= metrics["league/exploitability"] <= 1.5
     # the learner moves at least once in each of its 4 hands; the bot's moves are no turns
     assert 4 <= metrics["policies/shared/turns"] <= 8
+
+
+def test_the_card_is_restated_and_a_malformed_reply_costs_more_than_a_chip() -> None:
+    """Issue 40's defaults: the card on the move's line (``params.restate_card``, which needs the
+    response head) and a malformed reply costing more than one chip (returns are twice the
+    chips, so below -2); ``restate_card=false`` is the card-blind control."""
+    from marl.scenarios.registry import make
+
+    config = load("model=tiny")
+    overrides = dict(config.scenario.overrides)
+    assert overrides["params"]["restate_card"] is True and config.sampling.response_prefix
+    assert overrides["reward"]["malformed_penalty"] < -2.0
+    env = make(config.scenario.name, **overrides)
+    assert env.spec.malformed_penalty == overrides["reward"]["malformed_penalty"]
+    blind = load("model=tiny", "scenario.overrides.params.restate_card=false")
+    assert blind.scenario.overrides["params"]["restate_card"] is False
+    for field in ("model", "algo", "sampling", "train", "warmup", "league"):
+        assert getattr(blind, field) == getattr(config, field), field
