@@ -43,7 +43,14 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, paired, read_scalars, run_command, run_sampling, run_sweep  # noqa: E402
+from common import (  # noqa: E402  (bench helpers)
+    machine,
+    paired,
+    read_scalars,
+    run_command,
+    run_marl,
+    run_sampling,
+)
 from kuhn import (  # noqa: E402  (bench/kuhn.py: the experiment this controls)
     CARD_BLIND_FLOOR,
     READS_CARD,
@@ -69,16 +76,23 @@ def warmed_up(args: argparse.Namespace, seed: int) -> bool:
 
 
 def warm_up_missing(args: argparse.Namespace) -> None:
-    """The seeds' warm-ups that are not there, as one sweep (``bench/kuhn.py``'s job with no
-    RL step and the warmed-up checkpoint saved)."""
-    missing = [seed for seed in args.seeds if not warmed_up(args, seed)]
-    if not missing:
-        return
-    overrides = [
-        "--config-name", "kuhn", "league=selfplay", f"model={args.model}", "train.steps=0",
-        "train.checkpoint_every=1", "logging.progress=false", *args.extra,
-    ]  # fmt: skip
-    run_sweep(overrides, Path(args.runs) / "supervised", missing, args.threads, None, "warm-up")
+    """The seeds' warm-ups that are not there, one after another (``bench/kuhn.py``'s job with
+    no RL step and the warmed-up checkpoint saved; ``--threads`` torch threads, as the RL runs);
+    a stopped warm-up's folder is replaced."""
+    import shutil
+
+    for seed in args.seeds:
+        if warmed_up(args, seed):
+            continue
+        where = warm_up_dir(args, seed)
+        shutil.rmtree(where, ignore_errors=True)
+        overrides = [
+            "train", "--config-name", "kuhn", "league=selfplay", f"model={args.model}",
+            f"seed={seed}", "train.steps=0", "train.checkpoint_every=1",
+            "logging.progress=false", *args.extra, f"hydra.run.dir={where}",
+        ]  # fmt: skip
+        wall = run_marl(overrides, args.threads, f"the warm-up of seed {seed}")
+        print(f"  warm-up seed {seed}: {wall:.0f} s", flush=True)
 
 
 def selfplay_start(args: argparse.Namespace, seed: int) -> float | None:
