@@ -11,6 +11,9 @@ list stays true):
 - training runs take 1 to 3 steps instead of 20 to 40 (the resume still goes past the first
   run's last step), a warm-up 2 steps instead of 5, and the sweeps 2 seeds / 2 values instead
   of 3 seeds / 5 values;
+- the sweep's ``launcher=ray`` is left out: the Ray launcher runs the same tiny jobs in
+  tests/marl/test_sweep_ray.py, which checks that its folders, curves and report equal the basic
+  launcher's, so the tour's run of it would test that twice (a Ray session and 4 job processes);
 - ``tensorboard --logdir runs/`` is started on a free port and stopped once it says it serves.
 
 The working directory is a temporary one (``runs/`` goes there, never into the repository) with
@@ -38,14 +41,17 @@ README = ROOT / "README.md"
 SCENARIOS_PAGE = ROOT / "docs" / "scenarios.md"  # holds "## Write your own scenario"
 BIN = Path(sys.executable).parent
 
-# (README text, what the test runs instead, why)
-SUBSTITUTIONS = [
+# (README text, what the test runs instead (None: left out), why)
+SUBSTITUTIONS: list[tuple[str, str | None, str]] = [
     ("model=smollm2", "model=tiny", "tests never run the 135M model"),
     ("train.steps=30", "train.steps=2", "two steps are enough to checkpoint"),
     ("train.steps=40", "train.steps=3", "the resume goes one step past the first run"),
     ("train.steps=20", "train.steps=1", "one step per run of a sweep"),
     ("warmup.steps=5", "warmup.steps=2", "a short warm-up"),
     ("seed=0,1,2", "seed=0,1", "two seeds are enough for the report's intervals"),
+    # the same tiny unison jobs on the Ray launcher: files, curves and report equal to the
+    # basic launcher's, in tests/marl/test_sweep_ray.py; here the sweep's folders and report
+    ("launcher=ray", None, "the Ray launcher's sweeps are tested in test_sweep_ray.py"),
 ]
 # runs whose README command leaves train.steps at the default (20): one step each
 ONE_STEP = "train.steps=1"
@@ -78,7 +84,8 @@ def adapt(command: str, used: set[str]) -> list[str]:
     argv = shlex.split(command)
     for old, new, _ in SUBSTITUTIONS:
         if old in argv:
-            argv[argv.index(old)] = new
+            at = argv.index(old)
+            argv[at : at + 1] = [] if new is None else [new]
             used.add(old)
     if argv[:2] == ["marl", "train"]:
         if any(a.startswith("+sweep=") for a in argv):
