@@ -268,21 +268,7 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["exploitability"]["ratio"] = clustered([e / s for s, e in zip(start, end) if s > 0])
     # end - start / 2 < 0 paired by seed: the end is below half the start
     out["exploitability"]["end_minus_half_start"] = paired([s / 2 for s in start], end)
-    change = out["exploitability"]["change"]
-    half = statistics.fmean(end) <= statistics.fmean(start) / 2
-    excludes = change is not None and not math.isnan(change["high"]) and change["high"] < 0
-    below = clustered(end)
-    below_floor = below is not None and (
-        below["high"] < CARD_BLIND_FLOOR
-        if not math.isnan(below["high"])
-        else below["mean"] < CARD_BLIND_FLOOR
-    )
-    out["goal"] = {
-        "end_at_most_half_of_start": half,
-        "change_interval_excludes_0": excludes,
-        "end_interval_below_card_blind_floor": below_floor,
-        "met": half and excludes and below_floor,
-    }
+    out["goal"] = goal_check(start, end)
     spreads = [card_spread(r["final_table"]["aggressive"]) for r in mine]
     out["card_spread"] = clustered(spreads)
     out["reads_card"] = sum(x >= READS_CARD for x in spreads)
@@ -294,6 +280,23 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["wall_s_median"] = statistics.median(walls) if walls else None
     out["learner_turns_per_step"] = statistics.fmean(turns) if turns else None
     return out
+
+
+def goal_check(start: list[float], end: list[float]) -> dict[str, bool]:
+    """Issues 27 and 40's goal on per-seed exploitabilities: the mean end at most half the mean
+    start, the paired change's 95% interval below 0, and the end's interval below the card-blind
+    floor (one seed: no interval, so the change cannot exclude 0; the end's mean is compared)."""
+    change, ended = paired(start, end), clustered(end)
+    half = statistics.fmean(end) <= statistics.fmean(start) / 2
+    excludes = change is not None and not math.isnan(change["high"]) and change["high"] < 0
+    top = ended["mean"] if ended is None or math.isnan(ended["high"]) else ended["high"]
+    below_floor = top < CARD_BLIND_FLOOR
+    return {
+        "end_at_most_half_of_start": half,
+        "change_interval_excludes_0": excludes,
+        "end_interval_below_card_blind_floor": below_floor,
+        "met": half and excludes and below_floor,
+    }
 
 
 def against_control(runs: list[dict[str, Any]], condition: str) -> dict[str, Any] | None:
@@ -336,7 +339,9 @@ def _mean_curve(mine: list[dict[str, Any]]) -> dict[str, list[float]]:
     return curve
 
 
-def _fmt(x: dict[str, float] | None, digits: int = 3, sign: bool = False) -> str:
+def ci(x: dict[str, float] | None, digits: int = 3, sign: bool = False) -> str:
+    """``mean [low, high]`` of a :func:`clustered` or :func:`paired` figure (the mean alone for
+    one seed; ``-`` for none)."""
     if not x:
         return "-"
     f = f"{{:{'+' if sign else ''}.{digits}f}}"
@@ -375,12 +380,12 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         goal = "met" if a["goal"]["met"] else "not met"
         turns = a["learner_turns_per_step"]
         lines.append(
-            f"| {condition} | {len(a['seeds'])} | {_fmt(e['start'])} -> {_fmt(e['end'])} "
-            f"| {_fmt(e['change'], sign=True)} | {_fmt(e['ratio'], 2)} | {goal} "
+            f"| {condition} | {len(a['seeds'])} | {ci(e['start'])} -> {ci(e['end'])} "
+            f"| {ci(e['change'], sign=True)} | {ci(e['ratio'], 2)} | {goal} "
             f"| {a['reads_card']} of {len(a['seeds'])} "
-            f"| {_fmt(n['start'], sign=True)} -> {_fmt(n['end'], sign=True)} "
-            f"| {_fmt(r['start'], sign=True)} -> {_fmt(r['end'], sign=True)} "
-            f"| {_fmt(m['start'])} -> {_fmt(m['end'])} "
+            f"| {ci(n['start'], sign=True)} -> {ci(n['end'], sign=True)} "
+            f"| {ci(r['start'], sign=True)} -> {ci(r['end'], sign=True)} "
+            f"| {ci(m['start'])} -> {ci(m['end'])} "
             f"| {'-' if turns is None else f'{turns:.1f}'} | {_seconds(a['step_time_median_s'])} "
             f"| {_seconds(a['wall_s_median'])} |"
         )
@@ -391,8 +396,8 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                 "",
                 f"{condition} against its concurrent control {c['control']}, paired by seed "
                 f"({len(c['seeds'])} seeds; {condition} - {c['control']}): final exploitability "
-                f"{_fmt(c['end_exploitability'], sign=True)}, final card spread "
-                f"{_fmt(c['card_spread'], 2, sign=True)}.",
+                f"{ci(c['end_exploitability'], sign=True)}, final card spread "
+                f"{ci(c['card_spread'], 2, sign=True)}.",
             ]
     lines += [
         "",
