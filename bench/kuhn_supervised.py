@@ -168,7 +168,11 @@ def fit(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     algo = config["algo"]
     sets = info_set_prompts(tokenizer, SCENARIO, overrides, sampling=sampling)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=algo["lr"], weight_decay=algo["weight_decay"])
+    settings = {"lr": algo["lr"], "weight_decay": algo["weight_decay"]}
+    try:  # as marl's learner builds it (marl.runtime.learner._adamw): fused where it can be
+        optimizer = torch.optim.AdamW(params, **settings, fused=True)
+    except (RuntimeError, TypeError):
+        optimizer = torch.optim.AdamW(params, **settings)
     curve = {"steps": [0], "scores": [score(model, tokenizer, sampling, overrides)], "loss": []}
     started = time.perf_counter()
     for step in range(1, args.steps + 1):
