@@ -14,8 +14,9 @@ over the two legal replies, at all 12 information sets:
 with ``p`` the two canonical replies' sequence probabilities (``ACTION: bet`` and the end of
 the turn, as the exact table scores them; :func:`marl.runtime.exploitability.info_set_prompts`)
 renormalised over the pair, and ``q`` the Nash bot's probability of the aggressive move. No KL
-anchor and no sampling. The model is trained in fp32 (the RL learner keeps fp32 master weights
-and computes in bf16 where the CPU has it): a 1e-5 step is below bf16's resolution.
+anchor and no sampling. As the RL learner does, the weights and AdamW state are fp32 (a 1e-5
+step is below bf16's resolution) and the forward and backward run in the run's compute dtype
+(bf16 under autocast where the CPU has it, as ``model.dtype: auto`` resolved for the run).
 
 The table is scored exactly (all accepted spellings, as ``marl eval --exploitability`` does)
 before the first step and every ``--every`` steps. A seed meets the goal of issue 40 as
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -50,6 +52,7 @@ from common import (  # noqa: E402  (bench helpers)
     run_command,
     run_marl,
     run_sampling,
+    run_sweep,
 )
 from kuhn import (  # noqa: E402  (bench/kuhn.py: the experiment this controls)
     READS_CARD,
@@ -77,23 +80,24 @@ def warmed_up(args: argparse.Namespace, seed: int) -> bool:
 
 
 def warm_up_missing(args: argparse.Namespace) -> None:
-    """The seeds' warm-ups that are not there, one after another (``bench/kuhn.py``'s job with
-    no RL step and the warmed-up checkpoint saved; ``--threads`` torch threads, as the RL runs);
-    a stopped warm-up's folder is replaced."""
+    """The seeds' warm-ups that are not there (``bench/kuhn.py``'s job with no RL step and the
+    warmed-up checkpoint saved, ``--threads`` CPUs each as the RL runs had): several as one
+    sweep on the Ray launcher, as bench/kuhn.py trains; one alone in a subprocess (a Ray session
+    for one job costs more than it saves)."""
     import shutil
 
-    for seed in args.seeds:
-        if warmed_up(args, seed):
-            continue
+    missing = [seed for seed in args.seeds if not warmed_up(args, seed)]
+    job = [
+        "--config-name", "kuhn", "league=selfplay", f"model={args.model}", "train.steps=0",
+        "train.checkpoint_every=1", "logging.progress=false", *args.extra,
+    ]  # fmt: skip
+    if len(missing) > 1:
+        run_sweep(job, Path(args.runs) / "supervised", missing, args.threads, None, "warm-up")
+        return
+    for seed in missing:
         where = warm_up_dir(args, seed)
-        shutil.rmtree(where, ignore_errors=True)
-        overrides = [
-            "train", "--config-name", "kuhn", "league=selfplay", f"model={args.model}",
-            f"seed={seed}", "train.steps=0", "train.checkpoint_every=1",
-            "logging.progress=false", *args.extra, f"hydra.run.dir={where}",
-        ]  # fmt: skip
-        wall = run_marl(overrides, args.threads, f"the warm-up of seed {seed}")
-        print(f"  warm-up seed {seed}: {wall:.0f} s", flush=True)
+        shutil.rmtree(where, ignore_errors=True)  # a stopped warm-up's folder
+        run_marl(["train", *job, f"seed={seed}", f"hydra.run.dir={where}"], args.threads, "warm-up")
 
 
 def selfplay_start(args: argparse.Namespace, seed: int) -> float | None:
@@ -133,7 +137,15 @@ def nash_loss(model: Any, tokenizer: Any, sets: list[Any], temperature: float) -
     eos = tokenizer.eos_token_id
     replies = [reply_ids(tokenizer, text, eos) for s in sets for text in s.replies]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    scored = response_logprobs(model, prompts, replies, temperature=temperature, pad_token_id=pad)
+    scored = response_logprobs(
+        model,
+        prompts,
+        replies,
+        temperature=temperature,
+        pad_token_id=pad,
+        share_prompts=True,  # the system prompt and each set's prompt once: same gradient
+        packed=True,
+    )
     sums = (scored.sampling * scored.mask).sum(dim=1).view(len(sets), 2)  # (12, 2): pass, aggr.
     log_p = torch.log_softmax(sums.float(), dim=1)  # (12, 2) over the legal pair
     q = torch.tensor([nash[s.key] for s in sets], dtype=log_p.dtype)  # (12,) aggressive
@@ -159,6 +171,15 @@ def score(model: Any, tokenizer: Any, sampling: Any, overrides: dict[str, Any]) 
     }
 
 
+def precision(config: dict[str, Any]) -> str:
+    """The compute dtype the RL run's learner used (``model.dtype``, ``auto`` resolved as the
+    run resolved it): matmuls run in it under autocast, the weights and AdamW stay fp32, as the
+    learner keeps fp32 master weights."""
+    from marl.agents.precision import resolve_dtype
+
+    return resolve_dtype(config["model"].get("dtype", "auto"), "cpu", config["model"]["kind"])
+
+
 def fit(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """One seed: the warmed-up model fitted to the Nash table, scored along the way."""
     from marl.runtime.exploitability import info_set_prompts
@@ -175,9 +196,11 @@ def fit(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         optimizer = torch.optim.AdamW(params, **settings)
     curve = {"steps": [0], "scores": [score(model, tokenizer, sampling, overrides)], "loss": []}
     started = time.perf_counter()
+    compute = torch.bfloat16 if precision(config) == "bfloat16" else torch.float32
     for step in range(1, args.steps + 1):
         model.eval()  # no dropout: the exact table's gradient
-        loss = nash_loss(model, tokenizer, sets, sampling.temperature)
+        with torch.autocast("cpu", dtype=compute, enabled=compute != torch.float32):
+            loss = nash_loss(model, tokenizer, sets, sampling.temperature)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, algo["max_grad_norm"])
@@ -194,6 +217,7 @@ def fit(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "warm_up_logged_start": logged,  # the warm-up run's own step-0 score (its dtype)
         "selfplay_logged_start": selfplay_start(args, seed),
         "lr": algo["lr"],
+        "compute_dtype": str(compute).removeprefix("torch."),
         "start": curve["scores"][0],
         "end": curve["scores"][-1],
         "curve": curve,
@@ -283,7 +307,12 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
     parser.add_argument("--runs", default=str(DEFAULT_RUNS))
     parser.add_argument("--out", default=str(DEFAULT_OUT))
-    parser.add_argument("--threads", type=int, default=1, help="CPUs (torch threads) per job")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="CPUs (torch threads) per warm-up, as the RL runs"
+    )
+    parser.add_argument(
+        "--fit-threads", type=int, default=os.cpu_count() or 1, help="torch threads of the fits"
+    )
     parser.add_argument("extra", nargs="*", help="more marl train overrides for the warm-ups")
     args = parser.parse_args()
     if args.steps < 1 or args.every < 1:
@@ -291,8 +320,8 @@ def main() -> None:
     defaults = Path(args.runs) == DEFAULT_RUNS or Path(args.out) == DEFAULT_OUT
     if (args.model != "smollm2" or args.extra) and defaults:
         parser.error("--model tiny or extra overrides: give --runs and --out too")
-    torch.set_num_threads(args.threads)
     warm_up_missing(args)
+    torch.set_num_threads(args.fit_threads)
     fits = [fit(args, seed) for seed in args.seeds]
     summary = summarise(fits)
     out = Path(args.out)

@@ -53,7 +53,8 @@ def test_a_tiny_seed_end_to_end(tmp_path: Path) -> None:
     runs, out = tmp_path / "runs", tmp_path / "out"
     args = [
         sys.executable, str(ROOT / "bench" / "kuhn_supervised.py"), "--model", "tiny",
-        "--seeds", "0", "--steps", "3", "--every", "3", "--runs", str(runs), "--out", str(out),
+        "--seeds", "0", "--steps", "3", "--every", "3", "--fit-threads", "1", "--runs", str(runs),
+        "--out", str(out),
         "warmup.steps=1", "warmup.episodes=1", "algo.lr=1e-3",
     ]  # fmt: skip
     proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
