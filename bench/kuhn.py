@@ -88,6 +88,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (bench helpers)
     machine,
     paired,
+    portable,
     read_scalars,
     run_command,
     run_sampling,
@@ -613,7 +614,7 @@ def main() -> None:
             table[f"{condition}_vs_control"] = versus
     text = markdown(table, runs)
     payload = {
-        "args": vars(args),
+        "args": {k: portable(v) for k, v in vars(args).items()},
         "runs": runs,
         "table": table,
         "card_blind": card_blind_facts(),

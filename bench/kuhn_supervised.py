@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (bench helpers)
     machine,
     paired,
+    portable,
     read_scalars,
     run_command,
     run_marl,
@@ -326,7 +327,8 @@ def main() -> None:
     summary = summarise(fits)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"args": vars(args), "summary": summary, "fits": fits, "machine": machine()}
+    args_shown = {k: portable(v) for k, v in vars(args).items()}
+    payload = {"args": args_shown, "summary": summary, "fits": fits, "machine": machine()}
     (out / "summary.json").write_text(json.dumps(json_safe(payload), indent=1) + "\n")
     text = markdown(summary, fits, args.steps)
     (out / "table.md").write_text(text + "\n")
