@@ -109,7 +109,7 @@ CONDITIONS: dict[str, list[str]] = {
     "vs_random": ["league=bot_random"],
 }
 LABELS = {
-    "selfplay": "self-play (league, GRPO, KL anchor)",
+    "selfplay": "self-play, card restated (league, GRPO, KL anchor)",
     "selfplay_blind": "self-play, card not restated (the card-blind control)",
     "vs_nash": "against the Nash bot",
     "vs_random": "against the random bot",
