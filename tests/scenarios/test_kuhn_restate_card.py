@@ -68,7 +68,7 @@ def test_the_warm_up_imitates_after_the_note_and_head_and_never_the_note() -> No
     with initialize_config_module(config_module="marl.configs", version_base=None):
         cfg = compose(
             config_name="kuhn",
-            overrides=["model=tiny", "+scenario.overrides.params.restate_card=true"],
+            overrides=["model=tiny", "scenario.overrides.params.restate_card=true"],
         )
     config = load_config(cfg)
     turns = bot_turns(config, 2, step=0)
