@@ -226,6 +226,44 @@ def fit(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     }
 
 
+def cached_fit(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """:func:`fit`, kept in the warm-up run's ``fit.json`` and read back when it was made with
+    the same ``--steps`` and ``--every`` (to tabulate again without fitting again)."""
+    cache = warm_up_dir(args, seed) / "fit.json"
+    if cache.is_file():
+        kept = json.loads(cache.read_text())
+        if (kept.get("steps"), kept.get("every")) == (args.steps, args.every):
+            return kept["fit"]
+    result = fit(args, seed)
+    payload = {"steps": args.steps, "every": args.every, "fit": json_safe(result)}
+    cache.write_text(json.dumps(payload, indent=1) + "\n")
+    return result
+
+
+def against_selfplay(args: argparse.Namespace, fits: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fits against the ``selfplay`` runs of the same seeds (which share their warm-up),
+    paired by seed (supervised - self-play): final exploitability and card spread, from each
+    run's final table as bench/kuhn.py cached it (``final_table.json``)."""
+    theirs = {}
+    for f in fits:
+        table = Path(args.runs) / "selfplay" / f"seed{f['seed']}" / "final_table.json"
+        if table.is_file():
+            theirs[f["seed"]] = json.loads(table.read_text())
+    mine = [f for f in fits if f["seed"] in theirs]
+    if not mine:
+        return None
+    rl = [theirs[f["seed"]] for f in mine]
+    return {
+        "seeds": [f["seed"] for f in mine],
+        "end_exploitability": paired(
+            [t["exploitability"] for t in rl], [f["end"]["exploitability"] for f in mine]
+        ),
+        "card_spread": paired(
+            [card_spread(t["aggressive"]) for t in rl], [f["end"]["card_spread"] for f in mine]
+        ),
+    }
+
+
 def summarise(fits: list[dict[str, Any]]) -> dict[str, Any]:
     """Seed-clustered numbers and issue 40's goal, as bench/kuhn.py checks it."""
     start = [f["start"]["exploitability"] for f in fits]
@@ -285,6 +323,15 @@ def markdown(summary: dict[str, Any], fits: list[dict[str, Any]], steps: int) ->
             f"{f['curve']['loss'][-1]:.3f} | {'-' if logged is None else f'{logged:.3f}'} "
             f"| {'-' if selfplay is None else f'{selfplay:.3f}'} |"
         )
+    versus = summary.get("against_selfplay")
+    if versus:
+        lines += [
+            "",
+            f"Against the self-play runs of the same seeds, paired ({len(versus['seeds'])} seeds; "
+            f"supervised - self-play): final exploitability "
+            f"{ci(versus['end_exploitability'], sign=True)}, final card spread "
+            f"{ci(versus['card_spread'], 2, sign=True)}.",
+        ]
     nash = nash_policy()
     lines += [
         "",
@@ -323,8 +370,9 @@ def main() -> None:
         parser.error("--model tiny or extra overrides: give --runs and --out too")
     warm_up_missing(args)
     torch.set_num_threads(args.fit_threads)
-    fits = [fit(args, seed) for seed in args.seeds]
+    fits = [cached_fit(args, seed) for seed in args.seeds]
     summary = summarise(fits)
+    summary["against_selfplay"] = against_selfplay(args, fits)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     args_shown = {k: portable(v) for k, v in vars(args).items()}

@@ -67,3 +67,7 @@ def test_a_tiny_seed_end_to_end(tmp_path: Path) -> None:
     assert fit["curve"]["loss"][-1] < fit["curve"]["loss"][0]  # the exact signal is followed
     assert fit["end"]["aggressive"] != fit["start"]["aggressive"]
     assert "| 0 |" in (out / "table.md").read_text()
+    cache = json.loads((runs / "supervised" / "seed0" / "fit.json").read_text())
+    assert (cache["steps"], cache["every"]) == (3, 3) and cache["fit"]["curve"] == fit["curve"]
+    summary = json.loads((out / "summary.json").read_text())["summary"]
+    assert summary["against_selfplay"] is None  # no self-play run of seed 0 under these runs
