@@ -122,6 +122,13 @@ METRICS = {
     "chips_vs_random": "eval/chips_vs_random",
     "malformed_mass": "league/malformed_mass",
 }
+# each measure's range: its intervals are clipped to it (chips a hand: unbounded here)
+RANGES = {
+    "exploitability": (0.0, math.inf),
+    "nash_conv": (0.0, math.inf),
+    "malformed_mass": (0.0, 1.0),
+    "card_spread": (0.0, 1.0),
+}
 FRESH = "league/exploitability_fresh"
 PARSE_FAILURES = "team/parse_failure_rate"  # replies naming no legal move, the bot's included
 LAST = 10  # iterations the per-run parse failure rate is averaged over
@@ -246,11 +253,16 @@ def final_table(args: argparse.Namespace, condition: str, seed: int) -> dict[str
     return out
 
 
-def clustered(values: list[float]) -> dict[str, float] | None:
-    """Seed-clustered mean and 95% interval (one value per seed; NaN bounds for one seed)."""
+def clustered(
+    values: list[float], within: tuple[float, float] = (-math.inf, math.inf)
+) -> dict[str, float] | None:
+    """Seed-clustered mean and 95% t-interval (one value per seed; NaN bounds for one seed),
+    the interval clipped to the measure's range ``within`` (:data:`RANGES`)."""
     if not values:
         return None
     mean, low, high = seed_clustered([[v] for v in values])
+    if not math.isnan(low):
+        low, high = max(low, within[0]), min(high, within[1])
     return {"mean": mean, "low": low, "high": high, "seeds": len(values)}
 
 
@@ -263,7 +275,12 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     for name in METRICS:
         start = [r["start"][name] for r in mine]
         end = [r["end"][name] for r in mine]
-        out[name] = {"start": clustered(start), "end": clustered(end), "change": paired(start, end)}
+        within = RANGES.get(name, (-math.inf, math.inf))
+        out[name] = {
+            "start": clustered(start, within),
+            "end": clustered(end, within),
+            "change": paired(start, end),
+        }
     start = [r["start"]["exploitability"] for r in mine]
     end = [r["end"]["exploitability"] for r in mine]
     out["exploitability"]["ratio"] = clustered([e / s for s, e in zip(start, end) if s > 0])
@@ -271,7 +288,7 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["exploitability"]["end_minus_half_start"] = paired([s / 2 for s in start], end)
     out["goal"] = goal_check(start, end)
     spreads = [card_spread(r["final_table"]["aggressive"]) for r in mine]
-    out["card_spread"] = clustered(spreads)
+    out["card_spread"] = clustered(spreads, RANGES["card_spread"])
     out["reads_card"] = sum(x >= READS_CARD for x in spreads)
     out["curve"] = _mean_curve(mine)
     times = [r["step_time_median_s"] for r in mine if r["step_time_median_s"] is not None]
@@ -287,7 +304,7 @@ def goal_check(start: list[float], end: list[float]) -> dict[str, bool]:
     """Issues 27 and 40's goal on per-seed exploitabilities: the mean end at most half the mean
     start, the paired change's 95% interval below 0, and the end's interval below the card-blind
     floor (one seed: no interval, so the change cannot exclude 0; the end's mean is compared)."""
-    change, ended = paired(start, end), clustered(end)
+    change, ended = paired(start, end), clustered(end, RANGES["exploitability"])
     half = statistics.fmean(end) <= statistics.fmean(start) / 2
     excludes = change is not None and not math.isnan(change["high"]) and change["high"] < 0
     top = ended["mean"] if ended is None or math.isnan(ended["high"]) else ended["high"]
@@ -331,7 +348,10 @@ def _mean_curve(mine: list[dict[str, Any]]) -> dict[str, list[float]]:
     curve: dict[str, list[float]] = {"steps": common}
     for name in ("exploitability", "chips_vs_nash"):
         rows = [
-            clustered([r["curves"][name][r["scored_steps"].index(step)] for r in mine])
+            clustered(
+                [r["curves"][name][r["scored_steps"].index(step)] for r in mine],
+                RANGES.get(name, (-math.inf, math.inf)),
+            )
             for step in common
         ]
         curve[name] = [x["mean"] for x in rows if x]
@@ -360,7 +380,8 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         "Exact exploitability of the learner's policy on Kuhn Poker's game tree, chips a hand "
         f"(NashConv / 2: 0 at a Nash equilibrium, {UNIFORM:.3f} for uniform random play). "
         "Start: after the format warm-up, before the first update; end: after the last. "
-        "Seed-clustered means with 95% t-intervals over seeds; changes paired by seed. "
+        "Seed-clustered means with 95% t-intervals over seeds, clipped to each measure's "
+        "range; changes paired by seed. "
         "Goal (issues 27 and 40, for self-play): mean end <= half the mean start, with a "
         "change interval below 0, and (issue 40) the end's interval below the card-blind "
         f"floor {CARD_BLIND_FLOOR:.3f}. Reads its card: final card spread >= {READS_CARD} "

@@ -56,6 +56,7 @@ from common import (  # noqa: E402  (bench helpers)
     run_sweep,
 )
 from kuhn import (  # noqa: E402  (bench/kuhn.py: the experiment this controls)
+    RANGES,
     READS_CARD,
     card_spread,
     ci,
@@ -272,8 +273,8 @@ def summarise(fits: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "seeds": [f["seed"] for f in fits],
         "exploitability": {
-            "start": clustered(start),
-            "end": clustered(end),
+            "start": clustered(start, RANGES["exploitability"]),
+            "end": clustered(end, RANGES["exploitability"]),
             "change": paired(start, end),
         },
         "chips_vs_nash": {
@@ -281,8 +282,8 @@ def summarise(fits: list[dict[str, Any]]) -> dict[str, Any]:
             "end": clustered([f["end"]["chips_vs_nash"] for f in fits]),
         },
         "card_spread": {
-            "start": clustered([f["start"]["card_spread"] for f in fits]),
-            "end": clustered(spreads),
+            "start": clustered([f["start"]["card_spread"] for f in fits], RANGES["card_spread"]),
+            "end": clustered(spreads, RANGES["card_spread"]),
         },
         "reads_card": sum(x >= READS_CARD for x in spreads),
         "goal": goal_check(start, end),
@@ -298,7 +299,8 @@ def markdown(summary: dict[str, Any], fits: list[dict[str, Any]], steps: int) ->
         f"{steps} AdamW steps on the exact cross-entropy at the 12 information sets (the RL "
         "runs' lr, weight decay and clip; fp32; no KL, no sampling). Exploitability in chips "
         "a hand; "
-        "seed-clustered means with 95% t-intervals; changes paired by seed.",
+        "seed-clustered means with 95% t-intervals clipped to each measure's range; changes "
+        "paired by seed.",
         "",
         "| seeds | exploitability start -> end | change (paired) | goal | reads its card "
         "| card spread start -> end | chips vs Nash start -> end |",

@@ -210,3 +210,14 @@ def test_card_spread_is_zero_for_a_card_blind_table_and_one_for_nash() -> None:
     assert kuhn.card_spread(blind) == 0.0
     nash = kuhn.nash_policy()
     assert kuhn.card_spread({key: nash[key] for key in kuhn.INFO_SETS}) == pytest.approx(1.0)
+
+
+def test_intervals_stay_in_each_measures_range() -> None:
+    """A t-interval over seeds can pass a measure's bounds (five card spreads near 1 reach past
+    1); the tables clip it to the range, and leave unbounded measures (chips) alone."""
+    runs = [card_reading("selfplay", s, 0.5, 0.01 * s, x) for s, x in enumerate((1.0, 1.0, 0.5))]
+    a = kuhn.aggregate(runs, "selfplay")
+    assert a["card_spread"]["high"] == 1.0 and a["card_spread"]["low"] > 0
+    assert a["exploitability"]["end"]["low"] == 0.0  # 0.00, 0.01, 0.02: the t-interval dips below 0
+    unclipped = kuhn.clustered([0.0, 0.01, 0.02])
+    assert unclipped["low"] < 0  # what the clip removed
