@@ -510,8 +510,10 @@ def card_blind_facts() -> dict[str, Any]:
 
 def learned_markdown(runs: list[dict[str, Any]]) -> list[str]:
     """What each condition learned: the final tables' probability of the aggressive move at
-    each information set, every seed, beside the Nash bot's (alpha 1/6) and random play's."""
+    each information set, every seed, beside the Nash bot's (alpha 1/6) and random play's; one
+    column per condition that has runs."""
     nash = nash_policy()
+    shown = [c for c in CONDITIONS if any(r["condition"] == c for r in runs)]
     lines = [
         "",
         "What each run learned: the final checkpoint's probability of the aggressive move (bet "
@@ -519,14 +521,14 @@ def learned_markdown(runs: list[dict[str, Any]]) -> list[str]:
         "set, one value per seed (seed order as above), scored as `marl eval --exploitability` "
         "scores it; the Nash bot's for reference (random play: 0.50 everywhere).",
         "",
-        "| info set | Nash bot | " + " | ".join(CONDITIONS) + " |",
-        "|---|---|" + "---|" * len(CONDITIONS),
+        "| info set | Nash bot | " + " | ".join(shown) + " |",
+        "|---|---|" + "---|" * len(shown),
     ]
 
     def row(label: str, reference: float, value: Callable[[dict[str, float]], float]) -> str:
         """One table row: the reference value, then each condition's runs, seed by seed."""
         cells = []
-        for condition in CONDITIONS:
+        for condition in shown:
             mine = [
                 value(r["final_table"]["aggressive"]) for r in runs if r["condition"] == condition
             ]

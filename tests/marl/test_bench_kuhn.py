@@ -96,8 +96,8 @@ def test_one_seed_has_no_interval_and_cannot_meet_the_goal(tmp_path: Path) -> No
     assert not table["selfplay"]["goal"]["met"]
     text = kuhn.markdown(table, runs)
     assert "| selfplay | 1 | 0.450 -> 0.100 | -0.350 |" in text
-    assert "| Jb | 0.00 | - | - | - | - |" not in text  # a condition without runs shows "-"
-    assert "| Kb | 1.00 | 0.25 | - | - | - |" in text  # the Nash bot always calls with the king
+    assert "| info set | Nash bot | selfplay |" in text  # conditions without runs: no column
+    assert "| Kb | 1.00 | 0.25 |" in text  # the Nash bot always calls with the king
     kuhn.plot(tmp_path / "curves.png", table, runs)
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
