@@ -424,24 +424,31 @@ CLI_KINDS: dict[str, tuple[Callable[[dict], None], str]] = {
 @pytest.mark.parametrize("command", ["train", "eval"])
 @pytest.mark.parametrize("kind", list(CLI_KINDS))
 def test_the_cli_refuses_each_kind_in_one_line_and_changes_nothing(
-    trained: Path, tmp_path: Path, kind: str, command: str
+    trained: Path, tmp_path: Path, kind: str, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``marl train resume=`` as a process of its own (Hydra's entry point), ``marl eval``
+    through the console script's ``main`` in this process (as tests/marl/test_eval_trust.py
+    calls it): the same exit code and standard error a user gets."""
+    from marl.cli import main
+
     spoil, message = CLI_KINDS[kind]
     run = spoilt_copy(trained, tmp_path / "run", spoil)
     before = snapshot(run)
     out = tmp_path / "out"
-    args = {
-        "train": [
+    if command == "train":
+        args = [
             "train", "model=tiny", "scenario=unison", f"resume={run}", "train.steps=2",
             f"hydra.run.dir={out}", "logging.progress=false", "runtime.threads=1",
-        ],
-        "eval": ["eval", str(run), "random", "--episodes", "1", "--out", str(out)],
-    }[command]  # fmt: skip
-    done = subprocess.run([*marl_command(), *args], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert 1 <= len(lines) <= 2, done.stderr  # the error, and perhaps the machine's load warning
+        ]  # fmt: skip
+        done = subprocess.run([*marl_command(), *args], capture_output=True, text=True, timeout=300)
+        code, stderr = done.returncode, done.stderr
+    else:
+        code = main(["eval", str(run), "random", "--episodes", "1", "--out", str(out)])
+        stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    assert "Traceback" not in stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert 1 <= len(lines) <= 2, stderr  # the error, and perhaps the machine's load warning
     state_file = run / "checkpoints" / "step_000001" / STATE_FILE
     label = "resume" if command == "train" else "eval"  # errors say which command met them
     assert lines[-1] == f"error: {label}: {state_file}: {message}"
