@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -265,6 +266,17 @@ def against_selfplay(args: argparse.Namespace, fits: list[dict[str, Any]]) -> di
     }
 
 
+def loss_floor() -> float:
+    """The least value :func:`nash_loss` can take: the mean entropy (nats) of the Nash table's
+    move distribution over the 12 information sets, reached by the Nash table itself."""
+
+    def entropy(q: float) -> float:
+        return -sum(p * math.log(p) for p in (q, 1 - q) if p > 0)
+
+    nash = nash_policy()
+    return statistics.fmean(entropy(nash[key]) for key in INFO_SETS)
+
+
 def summarise(fits: list[dict[str, Any]]) -> dict[str, Any]:
     """Seed-clustered numbers and issue 40's goal, as bench/kuhn.py checks it."""
     start = [f["start"]["exploitability"] for f in fits]
@@ -286,6 +298,11 @@ def summarise(fits: list[dict[str, Any]]) -> dict[str, Any]:
             "end": clustered(spreads, RANGES["card_spread"]),
         },
         "reads_card": sum(x >= READS_CARD for x in spreads),
+        "loss": {
+            "first": [f["curve"]["loss"][0] for f in fits],
+            "last": [f["curve"]["loss"][-1] for f in fits],
+            "floor": loss_floor(),
+        },
         "goal": goal_check(start, end),
     }
 
@@ -308,6 +325,9 @@ def markdown(summary: dict[str, Any], fits: list[dict[str, Any]], steps: int) ->
         f"| {n} | {ci(e['start'])} -> {ci(e['end'])} | {ci(e['change'], sign=True)} "
         f"| {goal} | {summary['reads_card']} of {n} | {ci(s['start'], 2)} -> {ci(s['end'], 2)} "
         f"| {ci(c['start'], sign=True)} -> {ci(c['end'], sign=True)} |",
+        "",
+        "The loss's floor (the Nash table's own mean entropy): "
+        f"{summary['loss']['floor']:.3f} nats.",
         "",
         "Per seed (start: the warmed-up model scored in fp32 here; logged: the warm-up run's own "
         "step-0 score, and the self-play run's, which share the warm-up):",

@@ -30,10 +30,12 @@ supervised = _bench()
 
 
 def fitted(seed: int, start: float, end: float, spread: float) -> dict:
+    curve = {"loss": [0.8, 0.4]}
+
     def scores(exploitability: float, card_spread: float) -> dict:
         return {"exploitability": exploitability, "chips_vs_nash": -0.1, "card_spread": card_spread}
 
-    return {"seed": seed, "start": scores(start, 0.0), "end": scores(end, spread)}
+    return {"seed": seed, "start": scores(start, 0.0), "end": scores(end, spread), "curve": curve}
 
 
 def test_the_goal_needs_half_the_start_a_falling_change_and_an_end_below_a_third() -> None:
@@ -45,6 +47,17 @@ def test_the_goal_needs_half_the_start_a_falling_change_and_an_end_below_a_third
     assert goal["end_at_most_half_of_start"] and goal["change_interval_excludes_0"]
     assert not goal["end_interval_below_card_blind_floor"] and not goal["met"]
     assert supervised.summarise(floor)["reads_card"] == 0
+
+
+def test_the_loss_floor_is_the_nash_tables_own_entropy() -> None:
+    """J 1/6, K 1/2, Jp and Qb 1/3, Qpb 1/2 are the mixed sets; the other seven are pure."""
+    import math
+
+    def h(q: float) -> float:
+        return -(q * math.log(q) + (1 - q) * math.log(1 - q))
+
+    expected = (h(1 / 6) + 2 * h(1 / 2) + 2 * h(1 / 3)) / 12
+    assert supervised.loss_floor() == pytest.approx(expected, abs=1e-9)
 
 
 @pytest.mark.slow
