@@ -253,16 +253,14 @@ def final_table(args: argparse.Namespace, condition: str, seed: int) -> dict[str
     return out
 
 
-def clustered(
-    values: list[float], within: tuple[float, float] = (-math.inf, math.inf)
-) -> dict[str, float] | None:
+def clustered(values: list[float], measure: str | None = None) -> dict[str, float] | None:
     """Seed-clustered mean and 95% t-interval (one value per seed; NaN bounds for one seed),
-    the interval clipped to the measure's range ``within`` (:data:`RANGES`)."""
+    the interval clipped to the ``measure``'s range in :data:`RANGES` (none: unbounded)."""
     if not values:
         return None
     mean, low, high = seed_clustered([[v] for v in values])
-    if not math.isnan(low):
-        low, high = max(low, within[0]), min(high, within[1])
+    if not math.isnan(low) and measure in RANGES:
+        low, high = max(low, RANGES[measure][0]), min(high, RANGES[measure][1])
     return {"mean": mean, "low": low, "high": high, "seeds": len(values)}
 
 
@@ -275,10 +273,9 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     for name in METRICS:
         start = [r["start"][name] for r in mine]
         end = [r["end"][name] for r in mine]
-        within = RANGES.get(name, (-math.inf, math.inf))
         out[name] = {
-            "start": clustered(start, within),
-            "end": clustered(end, within),
+            "start": clustered(start, name),
+            "end": clustered(end, name),
             "change": paired(start, end),
         }
     start = [r["start"]["exploitability"] for r in mine]
@@ -288,7 +285,7 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["exploitability"]["end_minus_half_start"] = paired([s / 2 for s in start], end)
     out["goal"] = goal_check(start, end)
     spreads = [card_spread(r["final_table"]["aggressive"]) for r in mine]
-    out["card_spread"] = clustered(spreads, RANGES["card_spread"])
+    out["card_spread"] = clustered(spreads, "card_spread")
     out["reads_card"] = sum(x >= READS_CARD for x in spreads)
     out["curve"] = _mean_curve(mine)
     times = [r["step_time_median_s"] for r in mine if r["step_time_median_s"] is not None]
@@ -304,7 +301,7 @@ def goal_check(start: list[float], end: list[float]) -> dict[str, bool]:
     """Issues 27 and 40's goal on per-seed exploitabilities: the mean end at most half the mean
     start, the paired change's 95% interval below 0, and the end's interval below the card-blind
     floor (one seed: no interval, so the change cannot exclude 0; the end's mean is compared)."""
-    change, ended = paired(start, end), clustered(end, RANGES["exploitability"])
+    change, ended = paired(start, end), clustered(end, "exploitability")
     half = statistics.fmean(end) <= statistics.fmean(start) / 2
     excludes = change is not None and not math.isnan(change["high"]) and change["high"] < 0
     top = ended["mean"] if ended is None or math.isnan(ended["high"]) else ended["high"]
@@ -318,26 +315,34 @@ def goal_check(start: list[float], end: list[float]) -> dict[str, bool]:
 
 
 def against_control(runs: list[dict[str, Any]], condition: str) -> dict[str, Any] | None:
-    """The condition against its concurrent control, paired by seed: the differences
-    (condition - control) of the final exploitability and card spread over the seeds both have."""
+    """The condition against its concurrent control, paired by seed (condition - control):
+    :func:`paired_finals` over the seeds both have, with the control's name."""
+
+    def finals(name: str | None) -> dict[int, tuple[float, float]]:
+        return {
+            r["seed"]: (r["end"]["exploitability"], card_spread(r["final_table"]["aggressive"]))
+            for r in runs
+            if r["condition"] == name
+        }
+
     control = CONTROL.get(condition)
-    mine = {r["seed"]: r for r in runs if r["condition"] == condition}
-    theirs = {r["seed"]: r for r in runs if r["condition"] == control}
-    seeds = sorted(set(mine) & set(theirs))
+    versus = paired_finals(finals(control), finals(condition))
+    return None if versus is None else {"control": control, **versus}
+
+
+def paired_finals(
+    base: dict[int, tuple[float, float]], other: dict[int, tuple[float, float]]
+) -> dict[str, Any] | None:
+    """``other - base`` paired by seed over the seeds both hold, each seed's value its final
+    ``(exploitability, card spread)``: the seeds and the two paired differences (None when no
+    seed is shared)."""
+    seeds = sorted(set(base) & set(other))
     if not seeds:
         return None
-
-    def spread(r: dict[str, Any]) -> float:
-        return card_spread(r["final_table"]["aggressive"])
-
     return {
-        "control": control,
         "seeds": seeds,
-        "end_exploitability": paired(
-            [theirs[k]["end"]["exploitability"] for k in seeds],
-            [mine[k]["end"]["exploitability"] for k in seeds],
-        ),
-        "card_spread": paired([spread(theirs[k]) for k in seeds], [spread(mine[k]) for k in seeds]),
+        "end_exploitability": paired([base[k][0] for k in seeds], [other[k][0] for k in seeds]),
+        "card_spread": paired([base[k][1] for k in seeds], [other[k][1] for k in seeds]),
     }
 
 
@@ -348,10 +353,7 @@ def _mean_curve(mine: list[dict[str, Any]]) -> dict[str, list[float]]:
     curve: dict[str, list[float]] = {"steps": common}
     for name in ("exploitability", "chips_vs_nash"):
         rows = [
-            clustered(
-                [r["curves"][name][r["scored_steps"].index(step)] for r in mine],
-                RANGES.get(name, (-math.inf, math.inf)),
-            )
+            clustered([r["curves"][name][r["scored_steps"].index(step)] for r in mine], name)
             for step in common
         ]
         curve[name] = [x["mean"] for x in rows if x]

@@ -52,17 +52,16 @@ from common import (  # noqa: E402  (bench helpers)
     portable,
     read_scalars,
     run_command,
-    run_marl,
     run_sampling,
     run_sweep,
 )
 from kuhn import (  # noqa: E402  (bench/kuhn.py: the experiment this controls)
-    RANGES,
     READS_CARD,
     card_spread,
     ci,
     clustered,
     goal_check,
+    paired_finals,
 )
 
 from marl.competition.role_eval import json_safe  # noqa: E402
@@ -83,24 +82,17 @@ def warmed_up(args: argparse.Namespace, seed: int) -> bool:
 
 
 def warm_up_missing(args: argparse.Namespace) -> None:
-    """The seeds' warm-ups that are not there (``bench/kuhn.py``'s job with no RL step and the
-    warmed-up checkpoint saved, ``--threads`` CPUs each as the RL runs had): several as one
-    sweep on the Ray launcher, as bench/kuhn.py trains; one alone in a subprocess (a Ray session
-    for one job costs more than it saves)."""
-    import shutil
-
+    """The seeds' warm-ups that are not there, as one sweep on the Ray launcher as bench/kuhn.py
+    trains its runs (``bench/kuhn.py``'s job with no RL step and the warmed-up checkpoint saved,
+    ``--threads`` CPUs each as the RL runs had)."""
     missing = [seed for seed in args.seeds if not warmed_up(args, seed)]
+    if not missing:
+        return
     job = [
         "--config-name", "kuhn", "league=selfplay", f"model={args.model}", "train.steps=0",
         "train.checkpoint_every=1", "logging.progress=false", *args.extra,
     ]  # fmt: skip
-    if len(missing) > 1:
-        run_sweep(job, Path(args.runs) / "supervised", missing, args.threads, None, "warm-up")
-        return
-    for seed in missing:
-        where = warm_up_dir(args, seed)
-        shutil.rmtree(where, ignore_errors=True)  # a stopped warm-up's folder
-        run_marl(["train", *job, f"seed={seed}", f"hydra.run.dir={where}"], args.threads, "warm-up")
+    run_sweep(job, Path(args.runs) / "supervised", missing, args.threads, None, "warm-up")
 
 
 def selfplay_start(args: argparse.Namespace, seed: int) -> float | None:
@@ -244,26 +236,16 @@ def cached_fit(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
 def against_selfplay(args: argparse.Namespace, fits: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The fits against the ``selfplay`` runs of the same seeds (which share their warm-up),
-    paired by seed (supervised - self-play): final exploitability and card spread, from each
-    run's final table as bench/kuhn.py cached it (``final_table.json``)."""
-    theirs = {}
+    paired by seed (supervised - self-play; :func:`kuhn.paired_finals`), each run's final table
+    as bench/kuhn.py cached it (``final_table.json``)."""
+    rl = {}
     for f in fits:
-        table = Path(args.runs) / "selfplay" / f"seed{f['seed']}" / "final_table.json"
-        if table.is_file():
-            theirs[f["seed"]] = json.loads(table.read_text())
-    mine = [f for f in fits if f["seed"] in theirs]
-    if not mine:
-        return None
-    rl = [theirs[f["seed"]] for f in mine]
-    return {
-        "seeds": [f["seed"] for f in mine],
-        "end_exploitability": paired(
-            [t["exploitability"] for t in rl], [f["end"]["exploitability"] for f in mine]
-        ),
-        "card_spread": paired(
-            [card_spread(t["aggressive"]) for t in rl], [f["end"]["card_spread"] for f in mine]
-        ),
-    }
+        cached = Path(args.runs) / "selfplay" / f"seed{f['seed']}" / "final_table.json"
+        if cached.is_file():
+            table = json.loads(cached.read_text())
+            rl[f["seed"]] = (table["exploitability"], card_spread(table["aggressive"]))
+    mine = {f["seed"]: (f["end"]["exploitability"], f["end"]["card_spread"]) for f in fits}
+    return paired_finals(rl, mine)
 
 
 def loss_floor() -> float:
@@ -285,8 +267,8 @@ def summarise(fits: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "seeds": [f["seed"] for f in fits],
         "exploitability": {
-            "start": clustered(start, RANGES["exploitability"]),
-            "end": clustered(end, RANGES["exploitability"]),
+            "start": clustered(start, "exploitability"),
+            "end": clustered(end, "exploitability"),
             "change": paired(start, end),
         },
         "chips_vs_nash": {
@@ -294,8 +276,8 @@ def summarise(fits: list[dict[str, Any]]) -> dict[str, Any]:
             "end": clustered([f["end"]["chips_vs_nash"] for f in fits]),
         },
         "card_spread": {
-            "start": clustered([f["start"]["card_spread"] for f in fits], RANGES["card_spread"]),
-            "end": clustered(spreads, RANGES["card_spread"]),
+            "start": clustered([f["start"]["card_spread"] for f in fits], "card_spread"),
+            "end": clustered(spreads, "card_spread"),
         },
         "reads_card": sum(x >= READS_CARD for x in spreads),
         "loss": {

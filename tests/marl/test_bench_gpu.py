@@ -4,7 +4,6 @@ makes every update train, and the JSON and the table come out."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -14,17 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-
-def _bench():
-    """bench/gpu.py as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu = _bench()
+import gpu  # noqa: E402  (bench/gpu.py: bench/ is not a package)
 
 
 def test_rows_are_prompts_times_samples():
@@ -79,12 +68,37 @@ def test_every_part_runs_on_the_tiny_model(tmp_path, monkeypatch):
     import common
 
     monkeypatch.setattr(common, "RESULTS", tmp_path)
-    data = gpu.run([
-        "--device", "cpu", "--model", "tiny", "--rows", "2", "4", "--prompts", "2",
-        "--prompt-tokens", "20", "--new-tokens", "3", "--rounds", "1", "--steps", "1",
-        "--big", "1x4", "--matmul-size", "64", "--name", "tiny", "--out", str(tmp_path / "out"),
-        "train.seeds_per_step=1", "train.group_size=2",
-    ])
+    data = gpu.run(
+        [
+            "--device",
+            "cpu",
+            "--model",
+            "tiny",
+            "--rows",
+            "2",
+            "4",
+            "--prompts",
+            "2",
+            "--prompt-tokens",
+            "20",
+            "--new-tokens",
+            "3",
+            "--rounds",
+            "1",
+            "--steps",
+            "1",
+            "--big",
+            "1x4",
+            "--matmul-size",
+            "64",
+            "--name",
+            "tiny",
+            "--out",
+            str(tmp_path / "out"),
+            "train.seeds_per_step=1",
+            "train.group_size=2",
+        ]
+    )
     written = json.loads((tmp_path / "tiny.json").read_text())
     assert written["complete"] and written == json.loads((tmp_path / "out/tiny.json").read_text())
     assert set(data["generation"]) == {"2", "4"}
@@ -104,8 +118,13 @@ def test_every_part_runs_on_the_tiny_model(tmp_path, monkeypatch):
         for pid in ("speaker", "listener"):
             assert last[f"policies/{pid}/trained_turns"] == last[f"policies/{pid}/turns"] > 0
     figures = {r["figure"] for r in written["summary"]}
-    assert {"generate 4 rows: ours / static", "update tokens/s", "demo step: update",
-            "big step: rollout generated tokens/s", "matmul peak bfloat16"} <= figures
+    assert {
+        "generate 4 rows: ours / static",
+        "update tokens/s",
+        "demo step: update",
+        "big step: rollout generated tokens/s",
+        "matmul peak bfloat16",
+    } <= figures
     assert written["device"]["cpu"] and "avx512_bf16" in written["device"]["cpu_flags"]
 
 
@@ -125,21 +144,53 @@ def test_parts_past_the_budget_or_skipped_are_listed(tmp_path, monkeypatch):
 def test_cpu_and_cuda_defaults():
     cpu = gpu.defaults(gpu.parse([]), "cpu")
     assert (cpu.rows, cpu.new_tokens, cpu.dtype, cpu.budget_s, cpu.name) == (
-        [4, 8], 16, "float32", None, "gpu_cpu")
+        [4, 8],
+        16,
+        "float32",
+        None,
+        "gpu_cpu",
+    )
     cuda = gpu.defaults(gpu.parse([]), "cuda")
     assert (cuda.rows, cuda.new_tokens, cuda.dtype, cuda.big, cuda.steps, cuda.name) == (
-        [16, 64, 256], 64, "bfloat16", "32x8", 2, "gpu")
+        [16, 64, 256],
+        64,
+        "bfloat16",
+        "32x8",
+        2,
+        "gpu",
+    )
 
 
 def test_profile_writes_where_the_time_and_the_tensors_go(tmp_path, monkeypatch):
     import common
 
     monkeypatch.setattr(common, "RESULTS", tmp_path)
-    gpu.run([
-        "--device", "cpu", "--model", "tiny", "--rows", "4", "--prompts", "2",
-        "--prompt-tokens", "20", "--new-tokens", "3", "--rounds", "1", "--matmul-size", "64",
-        "--name", "tiny", "--profile", "--skip", "demo", "big",
-    ])
+    gpu.run(
+        [
+            "--device",
+            "cpu",
+            "--model",
+            "tiny",
+            "--rows",
+            "4",
+            "--prompts",
+            "2",
+            "--prompt-tokens",
+            "20",
+            "--new-tokens",
+            "3",
+            "--rounds",
+            "1",
+            "--matmul-size",
+            "64",
+            "--name",
+            "tiny",
+            "--profile",
+            "--skip",
+            "demo",
+            "big",
+        ]
+    )
     main = json.loads((tmp_path / "tiny.json").read_text())
     assert "profile" not in main["update"] and "profile" not in main["generation"]
     profile = json.loads((tmp_path / "tiny_profile.json").read_text())

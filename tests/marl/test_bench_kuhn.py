@@ -4,7 +4,6 @@ run end to end (trained, read back from its events, tabulated)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -16,17 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-
-def _bench():
-    """bench/kuhn.py as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_kuhn", ROOT / "bench" / "kuhn.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-kuhn = _bench()
+import kuhn  # noqa: E402  (bench/kuhn.py: bench/ is not a package)
 
 
 def run(condition: str, seed: int, start: float, end: float) -> dict:

@@ -4,7 +4,6 @@ log-odds gradient moves another set's log-odds by ``transfer`` times as much."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -14,18 +13,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import kuhn_gradients as kg  # noqa: E402  (bench/kuhn_gradients.py: bench/ is not a package)
 
-def _bench():
-    """bench/kuhn_gradients.py as a module (bench/ is not a package)."""
-    path = ROOT / "bench" / "kuhn_gradients.py"
-    spec = importlib.util.spec_from_file_location("bench_kuhn_gradients", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-kg = _bench()
 KEYS = [c + h for h in kg.HISTORIES for c in kg.CARDS]
 
 

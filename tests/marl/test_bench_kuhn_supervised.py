@@ -4,7 +4,6 @@ to the run's own logged step-0 score, and the exact cross-entropy to the Nash ta
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,18 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-
-def _bench():
-    """bench/kuhn_supervised.py as a module (bench/ is not a package)."""
-    path = ROOT / "bench" / "kuhn_supervised.py"
-    spec = importlib.util.spec_from_file_location("bench_kuhn_supervised", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-supervised = _bench()
+import kuhn_supervised as supervised  # noqa: E402  (bench/kuhn_supervised.py: bench/ is not a package)
 
 
 def fitted(seed: int, start: float, end: float, spread: float) -> dict:

@@ -5,25 +5,13 @@ target beside CIC, and a listener mostly off the scored texts flagged in the tab
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_listening", ROOT / "bench" / "listening.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-listening = _bench()
+import listening  # noqa: E402  (bench/listening.py: bench/ is not a package)
 
 
 def run(condition: str, seed: int, success: float, off_set: float) -> dict:
