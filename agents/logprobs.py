@@ -76,11 +76,21 @@ class ResponseLogprobs(NamedTuple):
     top-p, finite for every token; the KL to a reference uses these (the same tensor as
     ``sampling`` when ``top_p >= 1``, ``None`` when not asked for). ``mask``: ``(B, T)``, 1 on
     each row's response tokens and 0 on the padding after them (where both logprobs are 0.0).
+    ``entropy``: ``(B, T)`` the entropy (nats) of the sampling distribution at each response
+    token's position, over the whole vocabulary (0.0 on the padding); differentiable; ``None``
+    when not asked for.
     """
 
     sampling: torch.Tensor
     untruncated: torch.Tensor | None
     mask: torch.Tensor
+    entropy: torch.Tensor | None = None
+
+
+def token_entropy(logp_all: torch.Tensor) -> torch.Tensor:
+    """``(..., V)`` log-probabilities -> ``(...)`` their distribution's entropy in nats,
+    ``-sum p log p``, with ``0 log 0 = 0`` (a token top-p removed, at ``-inf``, adds nothing)."""
+    return torch.special.entr(logp_all.exp()).sum(-1)  # (...)
 
 
 def sequence_logprobs(
@@ -120,6 +130,7 @@ def response_logprobs(
     max_padding: float = 0.125,
     min_prefix: int = MIN_SHARED_PREFIX,
     packed: bool = False,
+    entropy: bool = False,
 ) -> ResponseLogprobs:
     """:func:`sequence_logprobs`, plus (``untruncated=True``) the logprobs of the same tokens
     without the top-p filter, from the same forward pass. Every tensor is built on the model's
@@ -129,7 +140,8 @@ def response_logprobs(
     key/value cache (the module docstring); same values and gradient. ``packed``: every turn in
     one packed row instead (:mod:`marl.agents.packing`; shared prefixes once when
     ``share_prompts``), where the model runs :data:`marl.agents.attention.MARL_ATTENTION`; same
-    values and gradient, one forward call."""
+    values and gradient, one forward call. ``entropy``: also the sampling distribution's
+    entropy at each response position (:func:`token_entropy`), from the same logits."""
     if len(prompt_ids_list) != len(response_ids_list):
         raise ValueError(
             f"sequence_logprobs: {len(prompt_ids_list)} prompts but "
@@ -143,7 +155,12 @@ def response_logprobs(
     t_max = max(lens, default=0)
     if batch == 0 or t_max == 0:
         empty = torch.zeros(batch, 0, device=device)
-        return ResponseLogprobs(empty, empty.clone() if untruncated else None, empty.clone())
+        return ResponseLogprobs(
+            empty,
+            empty.clone() if untruncated else None,
+            empty.clone(),
+            empty.clone() if entropy else None,
+        )
     if packed:
         from marl.agents.attention import runs_marl_attention
         from marl.agents.packing import packed_response_logprobs
@@ -157,6 +174,7 @@ def response_logprobs(
                 top_p,
                 untruncated=untruncated,
                 share=share_prompts,
+                entropy=entropy,
             )
 
     if share_prompts:
@@ -171,11 +189,13 @@ def response_logprobs(
         def gathered(logp_all: torch.Tensor) -> torch.Tensor:
             return logp_all.gather(-1, targets).squeeze(-1).masked_fill(~valid, 0.0)  # (B, T)
 
-        sampling = gathered(sampling_logprobs(logits, temperature, top_p))  # (B, T)
+        logp_all = sampling_logprobs(logits, temperature, top_p)  # (B, T, V)
+        sampling = gathered(logp_all)  # (B, T)
         full = None
         if untruncated:
             full = sampling if top_p >= 1.0 else gathered(sampling_logprobs(logits, temperature))
-        return ResponseLogprobs(sampling, full, valid.to(sampling.dtype))
+        spread = token_entropy(logp_all).masked_fill(~valid, 0.0) if entropy else None  # (B, T)
+        return ResponseLogprobs(sampling, full, valid.to(sampling.dtype), spread)
 
     seqs = [list(p) + list(r) for p, r in zip(prompt_ids_list, response_ids_list)]
     length = max(len(s) for s in seqs)
@@ -207,11 +227,15 @@ def response_logprobs(
         token_logp = logp_all.gather(-1, targets).squeeze(-1)  # (B, T) right-aligned
         return token_logp.gather(1, src).masked_fill(~mask, 0.0)  # (B, T) left-aligned
 
-    sampling = left_aligned(sampling_logprobs(logits, temperature, top_p))  # (B, T)
+    logp_all = sampling_logprobs(logits, temperature, top_p)  # (B, T, V) right-aligned
+    sampling = left_aligned(logp_all)  # (B, T)
     full = None
     if untruncated:
         full = sampling if top_p >= 1.0 else left_aligned(sampling_logprobs(logits, temperature))
-    return ResponseLogprobs(sampling, full, mask.to(sampling.dtype))
+    spread = None
+    if entropy:  # (B, T) right-aligned -> left-aligned
+        spread = token_entropy(logp_all).gather(1, src).masked_fill(~mask, 0.0)
+    return ResponseLogprobs(sampling, full, mask.to(sampling.dtype), spread)
 
 
 def length_buckets(lengths: Sequence[int], max_waste: float = 0.125) -> list[list[int]]:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from marl.agents.logprobs import ResponseLogprobs, sampling_logprobs
+from marl.agents.logprobs import ResponseLogprobs, sampling_logprobs, token_entropy
 
 __all__ = [
     "PackedLayout",
@@ -318,16 +318,23 @@ def packed_response_logprobs(
     untruncated: bool = False,
     share: bool = True,
     layout: PackedLayout | None = None,
+    entropy: bool = False,
 ) -> ResponseLogprobs:
     """:func:`marl.agents.logprobs.response_logprobs` in one packed forward: ``(B, T)``
-    left-aligned logprobs (sampling, and without top-p when ``untruncated``) and their mask.
-    Differentiable. ``layout``: a :func:`pack_turns` result for these turns, if already built."""
+    left-aligned logprobs (sampling, and without top-p when ``untruncated``), their mask and
+    (``entropy``) the sampling distribution's entropy at each position. Differentiable.
+    ``layout``: a :func:`pack_turns` result for these turns, if already built."""
     device = next(model.parameters()).device
     batch = len(prompt_ids_list)
     t_max = max((len(r) for r in response_ids_list), default=0)
     if batch == 0 or t_max == 0:
         empty = torch.zeros(batch, 0, device=device)
-        return ResponseLogprobs(empty, empty.clone() if untruncated else None, empty.clone())
+        return ResponseLogprobs(
+            empty,
+            empty.clone() if untruncated else None,
+            empty.clone(),
+            empty.clone() if entropy else None,
+        )
     if layout is None:
         layout = pack_turns(prompt_ids_list, response_ids_list, device, share)
     logits = model(
@@ -343,8 +350,12 @@ def packed_response_logprobs(
     def gathered(logp_all: torch.Tensor) -> torch.Tensor:  # (M, V) -> (B, T)
         return logp_all.reshape(-1)[flat].masked_fill(~layout.valid, 0.0)
 
-    sampling = gathered(sampling_logprobs(logits, temperature, top_p))  # (B, T)
+    logp_all = sampling_logprobs(logits, temperature, top_p)  # (M, V)
+    sampling = gathered(logp_all)  # (B, T)
     full = None
     if untruncated:
         full = sampling if top_p >= 1.0 else gathered(sampling_logprobs(logits, temperature))
-    return ResponseLogprobs(sampling, full, layout.valid.to(sampling.dtype))
+    spread = None
+    if entropy:  # (M,) per predictor -> (B, T)
+        spread = token_entropy(logp_all)[layout.predictor_of].masked_fill(~layout.valid, 0.0)
+    return ResponseLogprobs(sampling, full, layout.valid.to(sampling.dtype), spread)

@@ -101,6 +101,8 @@ def _check_policy(key: str, policy: PolicyConfig) -> None:
         _positive(f"{key}.lr", policy.lr)
     if policy.beta is not None:
         _positive(f"{key}.beta", policy.beta, allow_zero=True)
+    if policy.entropy is not None:
+        _positive(f"{key}.entropy", policy.entropy, allow_zero=True)
     lora = policy.lora
     if lora is not None:
         _positive(f"{key}.lora.r", lora.r)
@@ -148,6 +150,10 @@ class UpdateSettings:
     clip_eps / clip_eps_high: the ratio clip range [1 - clip_eps, 1 + clip_eps_high].
     beta:        weight of the k3 KL to the frozen initial policy, the model RL starts from
                  (after the warm-up; a LoRA policy's base) (0 = no reference model).
+    entropy:     weight of an entropy bonus: the loss subtracts this times the (aggregated)
+                 entropy of the sampling distribution at each generated token, exact over the
+                 vocabulary (``marl.losses``). It keeps a policy from collapsing onto one answer
+                 early; with it, zero-advantage turns carry a gradient too (0 = off).
     lr, weight_decay, max_grad_norm: AdamW and gradient clipping.
     epochs:      passes over the policy's turns of an iteration, shuffled each time.
     minibatch_size: turns per optimizer step. Each pass cuts the policy's N turns that have a
@@ -183,6 +189,7 @@ class UpdateSettings:
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     beta: float = 0.0
+    entropy: float = 0.0
     lr: float = 1e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
@@ -230,6 +237,7 @@ class AlgoConfig(UpdateSettings):
         if self.clip_eps_high is not None:
             _positive("algo.clip_eps_high", self.clip_eps_high)
         _positive("algo.beta", self.beta, allow_zero=True)
+        _positive("algo.entropy", self.entropy, allow_zero=True)
         _positive("algo.lr", self.lr)
         _positive("algo.weight_decay", self.weight_decay, allow_zero=True)
         _positive("algo.max_grad_norm", self.max_grad_norm)
@@ -453,7 +461,9 @@ class PolicyConfig:
     num_gpus:  GPUs for its learner (fractions share a GPU); null = packed onto the GPUs there
                are: one each when there are enough, equal shares when there are fewer (2
                policies on 1 GPU: 0.5 each), none without GPUs. The rollout shares them.
-    lr, beta:  this policy's learning rate and KL weight; null = ``algo.lr`` / ``algo.beta``.
+    lr, beta, entropy: this policy's learning rate, KL weight and entropy bonus; null =
+               ``algo.lr`` / ``algo.beta`` / ``algo.entropy`` (a listener that must not collapse
+               early: ``policies.listener.entropy: 0.01``).
     """
 
     model: ModelSpec | None = None
@@ -462,6 +472,7 @@ class PolicyConfig:
     num_gpus: float | None = None
     lr: float | None = None
     beta: float | None = None
+    entropy: float | None = None
 
 
 @dataclass

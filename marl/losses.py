@@ -34,6 +34,12 @@ KL regularisation to a reference policy uses the k3 estimator (Schulman 2020, "A
 KL Divergence"), ``exp(ref - new) - (ref - new) - 1`` per token, aggregated like the policy
 loss and added with weight ``beta``.
 
+An entropy bonus (``entropy_coef``, the ``algo.entropy`` key) subtracts ``entropy_coef`` times
+the aggregated per-token entropy of the sampling distribution, computed exactly over the
+vocabulary from the same logits (Williams & Peng 1991; Mnih et al. 2016, arXiv:1602.01783, the
+A3C entropy regulariser; ``entropy_coeff`` in verl): it keeps a policy from collapsing onto one
+answer before its partner's signal can tell the answers apart.
+
 Both log-ratios (``new - old`` for the importance ratio, ``ref - new`` for k3) are clamped to
 ``[-LOG_RATIO_BOUND, LOG_RATIO_BOUND]`` before ``exp``, so an infinite logprob (a token outside
 a top-p nucleus) gives a finite loss with no gradient through that token instead of
@@ -268,6 +274,8 @@ def policy_loss_terms(
     max_tokens_norm: float | None = None,
     denominator: float | None = None,
     kl_logp_new: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped policy-gradient loss to minimise, and its metrics as 0-dim tensors on the loss's
     device (nothing here waits for the device; :func:`policy_loss` reads them as floats).
@@ -296,14 +304,19 @@ def policy_loss_terms(
         kl_logp_new: ``(B, T)`` the policy's logprobs for the KL term when they are not
             ``logp_new`` (with gradient): the learner passes logprobs without top-p here, on the
             same distribution as ``ref_logp``, while the ratio uses the sampling distribution.
+        entropy: ``(B, T)`` the sampling distribution's entropy at each response token's
+            position (with gradient; :func:`marl.agents.logprobs.token_entropy`).
+        entropy_coef: weight of the entropy bonus; needs ``entropy`` when positive.
 
     Returns:
-        ``(loss, metrics)``: the scalar loss ``pg_loss + beta * kl``, and ``loss``,
+        ``(loss, metrics)``: the scalar loss ``pg_loss + beta * kl - entropy_coef * entropy``
+        (each aggregated like the policy loss), and ``loss``,
         ``pg_loss``, ``kl`` (0.0 without ``ref_logp``), ``clip_frac`` (fraction of masked tokens,
         or of non-empty responses for a ``"sequence"``-unit loss, whose gradient the clip removed),
         ``ratio_mean`` (mean ``w`` over masked tokens, or mean ``s_i``), ``approx_kl_old`` (k3
         estimate of KL(old || new) per masked token), ``entropy_proxy`` (``-mean`` masked
-        ``logp_new``, the sampled-token entropy estimate) and ``n_tokens``.
+        ``logp_new``, the sampled-token entropy estimate), ``entropy`` (the exact aggregated
+        entropy, only when ``entropy`` is given) and ``n_tokens``.
     """
     _check_inputs(
         logp_new,
@@ -320,6 +333,17 @@ def policy_loss_terms(
         max_tokens_norm,
         denominator,
     )
+    if entropy_coef < 0.0:
+        raise ValueError(f"entropy_coef must be >= 0, got {entropy_coef}")
+    if entropy is not None and tuple(entropy.shape) != tuple(logp_new.shape):
+        raise ValueError(
+            f"entropy must have the shape of logp_new {tuple(logp_new.shape)}, "
+            f"got {tuple(entropy.shape)}"
+        )
+    if entropy_coef > 0.0 and entropy is None:
+        raise ValueError(
+            f"entropy_coef={entropy_coef} weights an entropy bonus, but entropy is None"
+        )
     eps_low = clip_eps
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
 
@@ -347,6 +371,12 @@ def policy_loss_terms(
         kl_value = kl.detach().clamp(min=0.0)  # () k3 is >= 0; rounding can leave -1e-17
         if beta > 0:
             loss = pg_loss + beta * kl  # ()
+    spread = None
+    if entropy is not None:
+        ent_tok = torch.where(valid, entropy, zero)  # (B, T)
+        spread = _aggregate(ent_tok, maskf, aggregation, max_tokens_norm, denominator)  # ()
+        if entropy_coef > 0:
+            loss = loss - entropy_coef * spread  # ()
 
     with torch.no_grad():
         lr = log_ratio.detach()  # (B, T)
@@ -365,6 +395,8 @@ def policy_loss_terms(
         "entropy_proxy": entropy_proxy,
         "n_tokens": maskf.sum().detach(),
     }
+    if spread is not None:
+        metrics["entropy"] = spread.detach()
     return loss, metrics
 
 

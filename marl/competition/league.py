@@ -163,6 +163,7 @@ def league_plan(plan: PolicyPlan) -> PolicyPlan:
         lr=learner.lr,
         beta=learner.beta,
         agents=(),
+        entropy=learner.entropy,
     )
     return replace(plan, policies={**plan.policies, LEAGUE_POLICY: opponent})
 

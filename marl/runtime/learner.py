@@ -12,10 +12,10 @@ One :meth:`Learner.update` on the N turns of an iteration that have a response:
   (:func:`marl.losses.aggregation_denominator`: its responses for ``seq_mean``, its
   tokens for ``token_mean``, turns x ``max_new_tokens`` for ``constant``), whatever their
   advantages. A turn whose advantage is exactly 0 carries no policy gradient, so with
-  ``beta == 0`` its forward pass is skipped: a pure speed-up that leaves the gradient as it is
-  (the same as ``beta = 1e-12`` gives, up to the KL term). The scale therefore depends neither
-  on which turns are skipped nor on whether beta is 0. A minibatch with no turn to run has no
-  gradient and takes no optimizer step.
+  ``beta == 0`` and ``entropy == 0`` its forward pass is skipped: a pure speed-up that leaves
+  the gradient as it is (the same as ``beta = 1e-12`` gives, up to the KL term). The scale
+  therefore depends neither on which turns are skipped nor on whether beta is 0. A minibatch
+  with no turn to run has no gradient and takes no optimizer step.
 - **KL.** With ``beta > 0`` the k3 KL to the frozen reference (a copy of the model RL starts
   from: taken again after the imitation warm-up, :meth:`Learner.reset_reference`, and then
   saved with the learner's state, so a resumed run keeps it; a LoRA
@@ -24,6 +24,9 @@ One :meth:`Learner.update` on the N turns of an iteration that have a response:
   sampling distribution (temperature, then top-p) that the behaviour policy drew from. Both
   log-ratios are clamped before ``exp`` (:data:`marl.losses.LOG_RATIO_BOUND`), so a
   token outside the nucleus gives no gradient rather than NaN.
+- **Entropy.** With ``entropy > 0`` the loss subtracts that times the sampling distribution's
+  exact entropy at each generated token (aggregated like the policy loss), from the same
+  forward pass; ``policies/<id>/entropy`` logs it.
 - **Non-finite values.** Before each optimizer step the loss and the clipped gradients are
   checked, after it the weights. A NaN or inf skips the step (weights and AdamW state stay as
   before it), warns, and counts in the ``nonfinite_skips`` metric; ``max_nonfinite_updates``
@@ -285,8 +288,9 @@ class Learner:
         return metrics
 
     def _carries_gradient(self, turn: TurnRecord) -> bool:
-        """Whether ``turn`` can contribute a gradient (a policy term, or the KL term)."""
-        return self.settings.beta > 0 or turn.advantage != 0.0
+        """Whether ``turn`` can contribute a gradient (a policy term, the KL term or the entropy
+        bonus)."""
+        return self.settings.beta > 0 or self.settings.entropy > 0 or turn.advantage != 0.0
 
     def _minibatch_step(
         self, batch: Sequence[TurnRecord], reference: Mapping[int, torch.Tensor] | None = None
@@ -437,6 +441,7 @@ class Learner:
             untruncated=s.beta > 0,
             share_prompts=s.share_prompts,
             packed=self.packed,
+            entropy=s.entropy > 0,
         )
         logp_new = new.sampling  # (B, T)
         device, dtype, width = logp_new.device, logp_new.dtype, logp_new.shape[1]
@@ -464,6 +469,8 @@ class Learner:
             max_tokens_norm=s.sampling.max_new_tokens,
             denominator=denominator,
             kl_logp_new=new.untruncated,
+            entropy=new.entropy,
+            entropy_coef=s.entropy,
         )
 
     def _reference_table(self, turns: Sequence[TurnRecord]) -> dict[int, torch.Tensor] | None:
@@ -668,7 +675,7 @@ def microbatch_tokens_for(free_bytes: int, bytes_per_position: int, device_type:
 
 # loss terms that are already shares of the minibatch's normaliser, and counts: a minibatch's
 # value is the sum over its microbatches (the other metrics are per-token means)
-_ADDITIVE_METRICS = frozenset({"loss", "pg_loss", "kl", "n_tokens"})
+_ADDITIVE_METRICS = frozenset({"loss", "pg_loss", "kl", "entropy", "n_tokens"})
 
 
 def prompts_together(turns: Sequence[TurnRecord]) -> list[TurnRecord]:

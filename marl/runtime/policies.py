@@ -52,15 +52,17 @@ def build_backend(
 
 
 def learner_settings(
-    config: Config, lr: float | None = None, beta: float | None = None
+    config: Config,
+    lr: float | None = None,
+    beta: float | None = None,
+    entropy: float | None = None,
 ) -> LearnerSettings:
-    """The learner's settings: ``config.algo``'s update fields (``lr``/``beta`` per policy) and
-    ``config.sampling``."""
+    """The learner's settings: ``config.algo``'s update fields (``lr``/``beta``/``entropy`` per
+    policy) and ``config.sampling``."""
     update = {f.name: getattr(config.algo, f.name) for f in dataclasses.fields(UpdateSettings)}
-    if lr is not None:
-        update["lr"] = lr
-    if beta is not None:
-        update["beta"] = beta
+    for name, value in (("lr", lr), ("beta", beta), ("entropy", entropy)):
+        if value is not None:
+            update[name] = value
     return LearnerSettings(**update, sampling=config.sampling)
 
 
@@ -218,7 +220,7 @@ class PolicyLearner:
         self.activate()  # a shared peft model: only this policy's adapter requires gradients
         self.learner = Learner(
             model,
-            learner_settings(config, lr=spec.lr, beta=spec.beta),
+            learner_settings(config, lr=spec.lr, beta=spec.beta, entropy=spec.entropy),
             pad_token_id=tokenizer.pad_token_id or 0,
             seed=policy_seed(config.seed, spec.id),
             name=spec.id,

@@ -47,6 +47,7 @@ class PolicySpec:
     lr: float
     beta: float
     agents: tuple[str, ...]
+    entropy: float = 0.0
 
     @property
     def adapter(self) -> str | None:
@@ -233,6 +234,7 @@ def _spec(
         lr=policy.lr if policy.lr is not None else config.algo.lr,
         beta=policy.beta if policy.beta is not None else config.algo.beta,
         agents=users,
+        entropy=policy.entropy if policy.entropy is not None else config.algo.entropy,
     )
 
 
