@@ -252,6 +252,15 @@ MAX_EPISODES_PER_STEP = 65_536  # episodes one step (or one evaluation) plays at
 
 
 @dataclass
+class CurriculumStage:
+    """One stage of ``train.curriculum``: ``steps`` updates trained on the scenario with
+    ``overrides`` deep-merged over ``scenario.overrides`` (``{params: {n_candidates: 2}}``)."""
+
+    steps: int = 1
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class TrainSettings:
     """The training loop. Each step plays ``seeds_per_step`` scenario seeds x ``group_size``
     episodes (the GRPO group); ``checkpoint_every`` steps (0 = only at the end) a checkpoint is
@@ -271,6 +280,12 @@ class TrainSettings:
                    ``league/nash_conv``, ``eval/chips_vs_nash``, ``eval/chips_vs_random``).
                    0 = never. None for scenarios without a tree; under Ray rollout
                    worker 0 scores the policy (backend ``hf``; skipped with another).
+    curriculum:    easier versions of the scenario first: a list of stages, each
+                   ``{steps: N, overrides: {...}}`` (:class:`CurriculumStage`), trained in
+                   order; the steps after the last stage train the scenario as configured. The
+                   held-out evaluation and every measure always play the scenario as configured
+                   (the task), so a curriculum changes what is trained, never what is measured
+                   (:mod:`marl.runtime.curriculum`; ``curriculum/stage`` in TensorBoard).
     """
 
     steps: int = 20
@@ -280,6 +295,7 @@ class TrainSettings:
     eval_episodes: int = 0
     eval_every: int = 0
     exploitability_every: int = 5
+    curriculum: list[CurriculumStage] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _positive("train.steps", self.steps, allow_zero=True)
@@ -301,6 +317,15 @@ class TrainSettings:
         _positive("train.eval_episodes", self.eval_episodes, allow_zero=True)
         _positive("train.eval_every", self.eval_every, allow_zero=True)
         _positive("train.exploitability_every", self.exploitability_every, allow_zero=True)
+        for i, stage in enumerate(self.curriculum):
+            _positive(f"train.curriculum[{i}].steps", stage.steps)
+        staged = sum(stage.steps for stage in self.curriculum)
+        if self.curriculum and self.steps and staged >= self.steps:  # steps 0: evaluation only
+            raise ConfigError(
+                f"train.curriculum: its stages take {staged} of train.steps={self.steps} "
+                "updates, so the scenario as configured (what the held-out evaluation measures) "
+                "would never be trained; shorten the stages or raise train.steps"
+            )
 
 
 @dataclass

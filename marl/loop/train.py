@@ -42,6 +42,7 @@ from marl.loop.trackers import (
 from marl.loop.tracking import Run, implements
 from marl.runtime.checkpoint import check_run_folder
 from marl.runtime.context_check import check_context
+from marl.runtime.curriculum import check_curriculum, stage_at
 from marl.runtime.local import Runtime, make_runtime
 from marl.runtime.machine import fit_machine, local_gpu_count, memory_metrics
 from marl.runtime.policy_map import PolicyPlan, assign_gpus, assign_shares, plan_for
@@ -72,6 +73,7 @@ def check_config(config: Config) -> PolicyPlan | None:
             f"credit.name: {config.credit.name!r} re-simulates with the policies' own "
             "generation; scripted agents (agents=scripted) support credit=team only"
         )
+    check_curriculum(config)
     plan = run_plan(config)
     if plan is None:
         return None
@@ -297,6 +299,8 @@ def _train_step(run: Run, step: int) -> dict[str, float]:
     for tracker in run.trackers:
         metrics.update(tracker.on_update(run, step + 1, rollout))
     metrics.update(_perf_metrics(timer, rollout))
+    if run.config.train.curriculum:  # the stage this step trained (its last: the task itself)
+        metrics["curriculum/stage"] = float(stage_at(run.config, step))
     run.log(metrics, step + 1)
     _log_samples(run, rollout, credit, step)
     for tracker in run.trackers:

@@ -20,6 +20,7 @@ from typing import Any
 
 from marl.config import Config, ConfigError
 from marl.credit import CreditResult, RecordedEpisode, Resimulator
+from marl.runtime.curriculum import overrides_at, stage_at
 from marl.runtime.policy_map import PolicyPlan
 from marl.runtime.rollout import EpisodeSlot, RolloutResult
 from marl.runtime.seeding import HELD_OUT_SEEDS, held_out_seeds
@@ -78,11 +79,12 @@ class RolloutWorker:
         self.config = config
         self.plan = plan
         self.index = index
-        self.envs: dict[int, Any] = {}  # episode id -> its environment, reused every step
+        # (curriculum stage, episode id) -> its environment, reused every step of the stage
+        self.envs: dict[tuple[int, int], Any] = {}
         self.eval_envs: dict[int, Any] = {}  # the held-out evaluation's environments
         self.policies = None
-        self._engine: Resimulator | None = None  # counterfactual credit's
-        self._influence_engine: Resimulator | None = None  # the emergence metrics' influence
+        self._engines: dict[int, Resimulator] = {}  # counterfactual credit's, by stage
+        self._influence_engines: dict[int, Resimulator] = {}  # influence's, by stage
         self.credited = 0  # episodes this worker has computed counterfactual credit for
         if config.agents == "llm":
             if plan is None:
@@ -97,15 +99,14 @@ class RolloutWorker:
         the learner does not play."""
         t = self.config.train
         seeds = step_seeds(self.config.seed, step, t.seeds_per_step)
+        stage = stage_at(self.config, step)  # train.curriculum's stage (marl.runtime.curriculum)
         out = []
         for b in groups:
             for g in range(t.group_size):
                 episode = b * t.group_size + g
-                if episode not in self.envs:
-                    self.envs[episode] = make(
-                        self.config.scenario.name, **self.config.scenario.overrides
-                    )
-                env = self.envs[episode]
+                if (stage, episode) not in self.envs:
+                    self.envs[stage, episode] = self._make_env(stage)
+                env = self.envs[stage, episode]
                 policies, bots = ({}, {})
                 if matchup is not None:
                     policies, bots = matchup.overrides(b, list(env.possible_agents))
@@ -174,17 +175,17 @@ class RolloutWorker:
 
         if self.policies is None or self.plan is None:
             raise ConfigError("credit.name: counterfactual credit needs agents=llm")
-        if self._engine is None:  # one engine per worker: its env copies are reused
-            c = self.config.scenario
-            self._engine = make_engine(
-                self.config.credit, lambda: make(c.name, **c.overrides), None
-            )
-            if self._engine is None:
+        stage = stage_at(self.config, step)  # the episodes' own scenario under a curriculum
+        if stage not in self._engines:  # one engine per worker and stage: env copies reused
+            engine = make_engine(self.config.credit, lambda: self._make_env(stage), None)
+            if engine is None:
                 raise ConfigError(
                     f"credit.name: {self.config.credit.name!r} does not re-simulate episodes"
                 )
-        self._engine.generate = self._policy_generate(credit_seed(self.config.seed, step))
-        result = counterfactual_credit(self.config.credit, episodes, self._engine)
+            self._engines[stage] = engine
+        engine = self._engines[stage]
+        engine.generate = self._policy_generate(credit_seed(self.config.seed, step))
+        result = counterfactual_credit(self.config.credit, episodes, engine)
         self.credited += len(episodes)
         return result
 
@@ -199,14 +200,20 @@ class RolloutWorker:
         generate = influence_generate(self.config, step)
         if generate is None:
             generate = self._policy_generate((self.config.seed + 11) * 1_000_003 + step)
-        if self._influence_engine is None:
-            c = self.config.scenario
-            self._influence_engine = Resimulator(
-                None, generate, env_factory=lambda: make(c.name, **c.overrides)
+        stage = stage_at(self.config, step)
+        if stage not in self._influence_engines:
+            self._influence_engines[stage] = Resimulator(
+                None, generate, env_factory=lambda: self._make_env(stage)
             )
-        self._influence_engine.generate = generate
+        engine = self._influence_engines[stage]
+        engine.generate = generate
         samples = self.config.emergence.influence_samples
-        return influence_effects(episodes, self._influence_engine, generate, samples)
+        return influence_effects(episodes, engine, generate, samples)
+
+    def _make_env(self, stage: int) -> Any:
+        """A training environment of curriculum stage ``stage`` (past the last stage, or
+        without a curriculum: the scenario as configured)."""
+        return make(self.config.scenario.name, **overrides_at(self.config, stage))
 
     def _policy_generate(self, seed: int) -> Any:
         """Batched re-simulation generation through this worker's policies, calls seeded from

@@ -82,7 +82,7 @@ def test_rollout_holds_no_environment_and_pickles(played) -> None:
 def test_records_say_what_the_environments_say(played) -> None:
     worker, _, copy = played
     for record in copy.episodes:
-        env = worker.envs[record.episode_id]  # the worker's env, still holding this episode
+        env = worker.envs[0, record.episode_id]  # (stage, episode): the env holding this episode
         assert record.seed == env.episode_seed
         assert record.returns == env.returns and record.malformed == env.malformed
         assert record.edge_counts == dict(env.router.edge_counts)
@@ -100,7 +100,7 @@ def test_records_say_what_the_environments_say(played) -> None:
 
 def test_later_phases_are_functions_of_the_data(played) -> None:
     worker, rollout, copy = played
-    envs = [worker.envs[r.episode_id] for r in copy.episodes]
+    envs = [worker.envs[0, r.episode_id] for r in copy.episodes]  # (stage, episode)
     metrics = rollout_metrics(copy.turns, copy.episodes)
     edges: Counter = Counter()
     for env in envs:
