@@ -99,6 +99,8 @@ def resolve_policies(config: Config, agents: Sequence[str]) -> PolicyPlan:
         users = tuple(a for a in agents if mapping[a] == pid)
         if pid in declared:
             policy, key = declared[pid], f"policies.{pid}"
+            if _generated(config.sharing, pid, users):  # a preset's policy, some fields set
+                policy = _over_template(_template(config), policy)
         elif _generated(config.sharing, pid, users):
             policy, key = _template(config), "policy_defaults"
         else:
@@ -210,6 +212,24 @@ def _template(config: Config) -> PolicyConfig:
     if config.sharing == "lora" and template.lora is None:
         template = replace(template, lora=LoraSettings())
     return template
+
+
+def _over_template(template: PolicyConfig, declared: PolicyConfig) -> PolicyConfig:
+    """A policy the sharing preset generates and ``policies`` also declares: the preset's
+    settings (``policy_defaults``, its adapter under ``lora``) with the fields the declaration
+    sets over them, so ``policies.listener.entropy: 0.01`` under ``sharing=lora`` keeps the
+    listener's adapter. A declared frozen policy (``trainable: false``) without an adapter of
+    its own is the base model, as it always was."""
+    default = PolicyConfig()
+    changes = {
+        name: getattr(declared, name)
+        for name in vars(default)
+        if getattr(declared, name) != getattr(default, name)
+    }
+    merged = replace(template, **changes)
+    if not merged.trainable and declared.lora is None:
+        merged = replace(merged, lora=None)
+    return merged
 
 
 def _spec(

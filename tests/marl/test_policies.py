@@ -465,3 +465,18 @@ def test_rollout_workers_pack_onto_the_gpus_with_the_learners() -> None:
     assert packed_shares(None, 4, 3, None) == ({}, 0.0)  # scripted agents run no model
     with pytest.raises(ConfigError, match="ray.worker_num_gpus"):
         assign_shares(plan, 1, workers=2, worker_request=1.0, source="ray.num_gpus")
+
+
+def test_declaring_a_generated_policy_sets_only_the_fields_it_names() -> None:
+    """Under a preset, ``policies.<generated id>`` changes the fields it sets and keeps the
+    preset's others: an entropy bonus on the listener keeps its adapter."""
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj"]}
+    base = {"scenario": {"name": "signal-v0"}, "sharing": "lora", "policy_defaults": {"lora": lora}}
+    plan = plan_for(load_config({**base, "policies": {"listener": {"entropy": 0.01, "lr": 1e-3}}}))
+    listener, speaker = plan.policies["listener"], plan.policies["speaker"]
+    assert listener.lora == speaker.lora and listener.lora is not None and listener.lora.r == 4
+    assert (listener.entropy, listener.lr) == (0.01, 1e-3)
+    assert (speaker.entropy, speaker.lr) == (0.0, load_config(base).algo.lr)
+    frozen = plan_for(load_config({**base, "policies": {"listener": {"trainable": False}}}))
+    assert frozen.policies["listener"].lora is None  # a frozen generated policy: the base model
+    assert not frozen.policies["listener"].trainable
