@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, run_sampling  # noqa: E402  (bench helpers)
+from common import machine, portable, run_sampling  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -197,7 +197,8 @@ def main() -> None:
         runs += mine
         steps = sorted({int(s) for r in mine for s in r["steps"]})
         summary[condition] = [summarise(mine, step) for step in steps]
-    result = {"args": vars(args), "summary": summary, "runs": runs, "machine": machine()}
+    arguments = {k: portable(v) for k, v in vars(args).items()}
+    result = {"args": arguments, "summary": summary, "runs": runs, "machine": machine()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "code_table.json").write_text(json.dumps(result, indent=1, default=str))
