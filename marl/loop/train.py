@@ -276,6 +276,7 @@ def _train_step(run: Run, step: int) -> dict[str, float]:
     """One iteration: rollout -> credit -> measure -> update -> sync -> log; the trackers'
     tags join the step's, and their after-log hooks (evaluation, checkpoint) close it."""
     runtime, league = run.runtime, run.find(LeagueTracker)
+    _announce_stage(run.config, step, first=step == run.start)
     timer = StepTimer()  # perf/<phase>_time for each phase below, and perf/step_time
     with timer.phase("rollout"):
         matchup = league.draw(run, step) if league is not None else None
@@ -306,6 +307,25 @@ def _train_step(run: Run, step: int) -> dict[str, float]:
     for tracker in run.trackers:
         tracker.on_logged(run, step + 1)
     return metrics
+
+
+def _announce_stage(config: Config, step: int, first: bool) -> None:
+    """One line where a ``train.curriculum`` stage begins, and at the run's first step (a
+    resumed run's included)."""
+    if not config.train.curriculum:
+        return
+    stage = stage_at(config, step)
+    if not first and stage == stage_at(config, step - 1):
+        return
+    stages = config.train.curriculum
+    what = (
+        f"overrides {stages[stage].overrides}"
+        if stage < len(stages)
+        else "the scenario as configured"
+    )
+    print(
+        f"curriculum: step {step + 1}: stage {stage + 1} of {len(stages) + 1}, {what}", flush=True
+    )
 
 
 def _credit(

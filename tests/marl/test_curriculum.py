@@ -91,7 +91,7 @@ def test_a_bad_stage_is_refused_naming_its_key(
         check_config(_config(curriculum, steps))
 
 
-def test_a_run_logs_the_stage_it_trained(tmp_path) -> None:
+def test_a_run_logs_the_stage_it_trained_and_says_where_each_begins(tmp_path, capsys) -> None:
     config = {
         "agents": "scripted",
         "bot": "rule",
@@ -111,3 +111,8 @@ def test_a_run_logs_the_stage_it_trained(tmp_path) -> None:
     events.Reload()
     stages = [(e.step, e.value) for e in events.Scalars("curriculum/stage")]
     assert stages == [(1, 0.0), (2, 0.0), (3, 1.0)]
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("curriculum:")]
+    assert lines == [
+        "curriculum: step 1: stage 1 of 2, overrides {'params': {'n_candidates': 2}}",
+        "curriculum: step 3: stage 2 of 2, the scenario as configured",
+    ]
