@@ -15,13 +15,14 @@ Conditions (each ``marl train`` on SmolLM2-135M with one LoRA adapter per agent,
              "cannot answer by number" from "no convention formed" in ``code``.
   curriculum configs/code_curriculum.yaml: ``code`` with 2 candidates for the first 15 of its
              40 updates, and an entropy bonus (0.01) on the listener.
+  curriculum_entropy  the same with the listener's entropy bonus at 0.1.
 
 For each run, the held-out success (64 scenarios, ``eval/success`` before the first update and
 after the last) is read from its TensorBoard events, and its checkpoints are measured exactly
 with :func:`marl.competition.role_eval.pair_listening` (CIC, influence, success, null
 message, message swap: docs/emergence.md) on ``--listening-episodes`` held-out scenarios:
 before RL (the step-0 checkpoint after the warm-up, or the base model for ``rl``, measured
-once), after it, and for ``code`` and ``curriculum`` also half-way; ``cut`` after RL only.
+once), after it, and for the code conditions also half-way; ``cut`` after RL only.
 Each measurement is cached next to its checkpoint (``listening_<step>.json``).
 Headline numbers are seed-clustered: the mean of per-seed values with a t-interval over seeds
 (:func:`marl.analysis.stats.seed_clustered`); before/after differences are paired by seed.
@@ -76,6 +77,12 @@ CONDITIONS: dict[str, tuple[list[str], int]] = {
     # issue 40, 2b: the code condition with a curriculum (2 candidates for 15 updates, then 4)
     # and an entropy bonus on the listener (configs/code_curriculum.yaml; pre-registered)
     "curriculum": (["--config-name", "code_curriculum"], 40),
+    # its follow-up: the same with a 10x entropy bonus (registered after curriculum's listeners
+    # were seen collapsing in training, before any of its measurements)
+    "curriculum_entropy": (
+        ["--config-name", "code_curriculum", "policies.listener.entropy=0.1"],
+        40,
+    ),
 }
 # the exact listening measures tabulated (all of LISTENING_METRICS but swap_success)
 METRICS = tuple(m for m in LISTENING_METRICS if m != "swap_success")
@@ -121,7 +128,8 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
     halfway = [0, steps // 2, steps]
-    points = {"code": halfway, "curriculum": halfway, "cut": [steps]}.get(condition, [0, steps])
+    coded = condition in ("code", "curriculum", "curriculum_entropy")  # measured half-way too
+    points = [steps] if condition == "cut" else halfway if coded else [0, steps]
     measured: dict[str, Any] = {}
     for step in points:
         checkpoint = where / "checkpoints" / f"step_{step:06d}"
@@ -280,7 +288,7 @@ def plot(path: Path, runs: list[dict[str, Any]]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for condition, colour in zip(CONDITIONS, ("C0", "C1", "C2", "C3", "C4", "C5")):
+    for condition, colour in zip(CONDITIONS, ("C0", "C1", "C2", "C3", "C4", "C5", "C6")):
         mine = [r for r in runs if r["condition"] == condition]
         for r in mine:
             steps = sorted(r["listening"], key=int)
