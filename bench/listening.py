@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (bench helpers)
     machine,
     paired,
+    portable,
     read_scalars,
     run_command,
     run_sampling,
@@ -394,7 +395,7 @@ def main() -> None:
         text += "\n\nCross-play (warmup_rl pairs and the base model):\n\n"
         text += (out / "crossplay_roles.md").read_text()
     payload = {
-        "args": vars(args),
+        "args": {k: portable(v) for k, v in vars(args).items()},
         "runs": runs,
         "table": table,
         "crossplay": cells,
