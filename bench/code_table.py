@@ -4,7 +4,8 @@ similarity (issue 40 item 2: "whatever the outcome, report ... what the speakers
 For each run (``<runs>/<condition>/seed<N>``) and each measured step (its checkpoints), the
 speaker is shown ``--scenarios`` held-out scenarios of its own run (its code, its sampling);
 for every candidate it could have had as the target it writes ``--samples`` messages. Per run
-and step:
+and step (a message is what the reply sends: its ``SAY:`` lines as the markup parser reads
+them):
 
 - the message table (:func:`marl.analysis.topography.message_table`): each target object's most
   frequent message and its share;
@@ -75,8 +76,17 @@ def speaker_samples(
             colour, shape = label.split(" ", 1)
             targets.append((colour, shape))
     replies = sample(requests, samples)
-    pairs = [(t, m) for t, row in zip(targets, replies) for m in row]
+    pairs = [(t, sent_text(m)) for t, row in zip(targets, replies) for m in row]
     return [t for t, _ in pairs], [m for _, m in pairs]
+
+
+def sent_text(reply: str) -> str:
+    """What a reply sends: its messages' text as the markup parser reads them (``SAY:`` lines,
+    joined by `` | ``), empty when it sends none."""
+    from marl.protocols.markup import parse_completion
+
+    parsed = parse_completion(reply, require_action=False)
+    return " | ".join(message.text for message in parsed.messages)
 
 
 def describe(targets: list[tuple[str, str]], messages: list[str]) -> dict[str, Any]:

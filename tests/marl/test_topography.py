@@ -83,6 +83,8 @@ def test_the_bench_tabulates_a_real_runs_speaker(tmp_path) -> None:
     assert all(colour in ("red", "blue") for colour, _ in targets)
     described = code_table.describe(targets, messages)
     assert described["samples"] == 24 and 0.0 <= described["named"] <= 1.0
+    assert code_table.sent_text("SAY: the red star\nACTION: wait") == "the red star"
+    assert code_table.sent_text("ACTION: wait") == ""  # sends nothing
     assert sum(row["samples"] for row in described["table"]) == 24
     summary = code_table.summarise([{"steps": {"1": described}}], 1)
     assert summary["named"]["low"] is None  # one run: no interval
