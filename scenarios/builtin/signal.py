@@ -21,6 +21,11 @@ Version history:
   ``code_seed`` and shown to neither agent, while the speaker still sees the target in words.
   Copying a name cannot succeed: "red" must come to mean "colour 2" by convention (issue 26
   item 6). v0 and v1 are unchanged (``coded`` defaults to false).
+- code-v1 (``signal-code-v1.yaml``, same rules class): ``answer_by_code: true`` -- the coded
+  listener may answer with the target's code as its list shows it (``colour 3, shape 1``) as
+  well as its number, so it can copy from its own list instead of looking a position up (the
+  recipe could not learn that lookup even with the names visible: issue 40 item 2a). The pair
+  must still agree that "red" means "colour 3". code-v0 is unchanged.
 """
 
 from __future__ import annotations
@@ -66,7 +71,11 @@ class SignalRules(Rules):
             the shape indices) that neither agent is shown; it answers by number only. The
             speaker still sees the target in words, so the pair must agree on a code.
         code_seed: draws that mapping; the same for every episode of a run (the shipped
-            config sets it to the run seed: configs/scenario/signal_code.yaml)."""
+            configs set it to the run seed: configs/scenario/signal_code_v0.yaml and
+            signal_code.yaml).
+        answer_by_code: (with ``coded``) the listener may answer with the candidate's code as
+            listed (``colour 3, shape 1``; case, spacing and punctuation free) as well as its
+            number."""
 
         n_candidates: int = 4
         n_colours: int = 4
@@ -75,6 +84,7 @@ class SignalRules(Rules):
         answer_by_name: bool = False
         coded: bool = False
         code_seed: int = 0
+        answer_by_code: bool = False
 
     @classmethod
     def check_params(cls, params: dict[str, Any], agents: Sequence[str]) -> list[Problem]:
@@ -98,6 +108,10 @@ class SignalRules(Rules):
                     "answer_by_name",
                     "cannot be true with coded: the coded listener sees no names to answer with",
                 )
+            )
+        if p.answer_by_code and not p.coded:
+            problems.append(
+                Problem("answer_by_code", "needs coded: true (only a coded listener sees codes)")
             )
         if isinstance(p.code_seed, bool) or not isinstance(p.code_seed, int):
             problems.append(Problem("code_seed", f"must be a whole number, got {p.code_seed!r}"))
@@ -155,6 +169,8 @@ class SignalRules(Rules):
         """The listener answers with a candidate number (or name)."""
         if self.params.answer_by_name:
             return "the name of the target, one of the candidates."
+        if self.params.answer_by_code:
+            return "the target as your list shows it (colour and shape), or its number."
         return f"the number of the target, 1 to {len(self.candidates)}."
 
     def success(self) -> float | None:
@@ -175,12 +191,17 @@ class SignalRules(Rules):
             return {"target": " ".join(self.candidates[self.target]), "objects": objects}
         names = [" ".join(c) for c in self.candidates]
         numbers = [str(i + 1) for i in range(len(self.candidates))]
-        info: dict[str, Any] = {
-            "candidates": names,
-            "valid_actions": names if self.params.answer_by_name else numbers,
-        }
+        codes = [self._coded(c) for c in self.candidates]
+        valid = (
+            names
+            if self.params.answer_by_name
+            else codes
+            if self.params.answer_by_code
+            else numbers
+        )
+        info: dict[str, Any] = {"candidates": names, "valid_actions": valid}
         if self.params.coded:
-            info["coded_candidates"] = [self._coded(c) for c in self.candidates]
+            info["coded_candidates"] = codes
             info["code"] = dict(self.code)
         return info
 
@@ -193,6 +214,8 @@ class SignalRules(Rules):
         texts = {str(i + 1): name for i, name in enumerate(names)}
         if self.params.answer_by_name:
             texts.update({name: name for name in names})
+        if self.params.answer_by_code:
+            texts.update({self._coded(c): " ".join(c) for c in self.candidates})
         return texts
 
     def parse_action(self, agent: str, text: str) -> str | None:
@@ -225,6 +248,13 @@ class SignalRules(Rules):
             if len(named) == 1:
                 return named[0]
             if named:  # several names: ambiguous, not a pick
+                return -1
+        if self.params.answer_by_code:
+            words = _words(text)
+            coded = [i for i, c in enumerate(self.candidates) if _words(self._coded(c)) in words]
+            if len(coded) == 1:
+                return coded[0]
+            if coded:  # several codes: ambiguous, not a pick
                 return -1
         match = _NUMBER_ANSWER.match(text)
         # a hostile 5,000-digit number would make int() raise; it is out of range anyway
@@ -260,6 +290,13 @@ class SignalRules(Rules):
             event = f"{self.listener} picked {' '.join(chosen)}; the target was {' '.join(target)}."
         result.public_events.append(event)
         return result
+
+
+def _words(text: str) -> str:
+    """``text`` as its lower-case words and numbers, single-spaced and padded with a space
+    each side, so a code is found as a whole (``colour 3, shape 1`` in ``I pick colour 3 shape
+    1.``, never ``colour 3, shape 12``)."""
+    return " " + " ".join(re.findall(r"[a-z]+|\d+", text.lower())) + " "
 
 
 def signal_code(n_colours: int, n_shapes: int, code_seed: int) -> dict[str, str]:

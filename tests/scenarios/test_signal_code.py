@@ -238,3 +238,53 @@ def test_the_format_bot_plays_the_coded_game() -> None:
         assert env.rules.choice is not None and env.malformed["listener"] == 0
         picks.append(env.rules.choice)
     assert set(picks) == {0, 1, 2, 3}
+
+
+# --------------------------------------------------------------------------- signal-code-v1
+
+
+def _answered(answer: str, seed: int = 3) -> TextScenarioEnv:
+    env = marl.make("signal-code-v1", params={"code_seed": 2})
+    env.reset(seed=seed)
+    env.step({"speaker": "SAY: hello", "listener": "ACTION: wait"})
+    env.step({"speaker": "ACTION: wait", "listener": f"ACTION: {answer}"})
+    return env
+
+
+def test_v1_takes_the_code_as_listed_as_well_as_the_number() -> None:
+    env = marl.make("signal-code-v1", params={"code_seed": 2})
+    env.reset(seed=3)
+    codes = [env.rules._coded(c) for c in env.rules.candidates]
+    names = [" ".join(c) for c in env.rules.candidates]
+    legal = env.rules.legal_actions("listener")
+    assert legal == {
+        **{str(i + 1): name for i, name in enumerate(names)},
+        **dict(zip(codes, names)),
+    }
+    assert env.rules.agent_info("listener")["valid_actions"] == codes  # the format bot picks these
+    assert "colour and shape" in env.rules.action_help("listener")
+    pick = (env.rules.target + 1) % 4
+    code = codes[pick]  # "colour 3, shape 1"
+    for spelling in (code, code.upper(), code.replace(",", "") + ".", f"I pick {code}!"):
+        assert _answered(spelling).rules.picked() == names[pick], spelling
+    assert _answered(str(pick + 1)).rules.picked() == names[pick]  # the number still counts
+
+
+def test_v1_refuses_a_partial_an_ambiguous_or_a_longer_code_and_a_name() -> None:
+    env = _answered("wait")  # a non-answer, to read the episode's candidates
+    codes = [env.rules._coded(c) for c in env.rules.candidates]
+    names = [" ".join(c) for c in env.rules.candidates]
+    colour = codes[0].split(",")[0]  # "colour 3": half a code
+    for answer in (colour, f"{codes[0]} or {codes[1]}", codes[0] + "2", names[0]):
+        played = _answered(answer)
+        assert played.rules.picked() is None and played.rules.success() == 0.0, answer
+
+
+def test_answer_by_code_without_the_code_is_refused_naming_the_key() -> None:
+    with pytest.raises(ScenarioError, match="answer_by_code"):
+        marl.make("signal-v0", params={"answer_by_code": True})
+
+
+def test_v1_still_cannot_be_won_by_copying_names() -> None:
+    coded = _successes("signal-code-v1", "rule", _copier, 400)
+    assert 0.18 <= statistics.mean(coded) <= 0.32, statistics.mean(coded)
