@@ -16,6 +16,8 @@ Conditions (each ``marl train`` on SmolLM2-135M with one LoRA adapter per agent,
   curriculum configs/code_curriculum.yaml: ``code`` with 2 candidates for the first 15 of its
              40 updates, and an entropy bonus (0.01) on the listener.
   curriculum_entropy  the same with the listener's entropy bonus at 0.1.
+  code_v1    ``code``'s recipe on signal-code-v1: the listener may answer with the target's
+             code as its list shows it ("colour 3, shape 1"), a form it can copy.
 
 For each run, the held-out success (64 scenarios, ``eval/success`` before the first update and
 after the last) is read from its TensorBoard events, and its checkpoints are measured exactly
@@ -84,6 +86,9 @@ CONDITIONS: dict[str, tuple[list[str], int]] = {
         ["--config-name", "code_curriculum", "policies.listener.entropy=0.1"],
         40,
     ),
+    # next (registered, not yet run): the code recipe on signal-code-v1, where the listener may
+    # answer with the target's code as listed, a form it can copy
+    "code_v1": (["--config-name", "code", "scenario=signal_code"], 40),
 }
 # the exact listening measures tabulated (all of LISTENING_METRICS but swap_success)
 METRICS = tuple(m for m in LISTENING_METRICS if m != "swap_success")
@@ -129,7 +134,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
     halfway = [0, steps // 2, steps]
-    coded = condition in ("code", "curriculum", "curriculum_entropy")  # measured half-way too
+    coded = condition in ("code", "curriculum", "curriculum_entropy", "code_v1")  # half-way too
     points = [steps] if condition == "cut" else halfway if coded else [0, steps]
     measured: dict[str, Any] = {}
     for step in points:
@@ -289,7 +294,7 @@ def plot(path: Path, runs: list[dict[str, Any]]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for condition, colour in zip(CONDITIONS, ("C0", "C1", "C2", "C3", "C4", "C5", "C6")):
+    for condition, colour in zip(CONDITIONS, ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7")):
         mine = [r for r in runs if r["condition"] == condition]
         for r in mine:
             steps = sorted(r["listening"], key=int)
