@@ -332,18 +332,9 @@ def policy_loss_terms(
         beta,
         max_tokens_norm,
         denominator,
+        entropy,
+        entropy_coef,
     )
-    if entropy_coef < 0.0:
-        raise ValueError(f"entropy_coef must be >= 0, got {entropy_coef}")
-    if entropy is not None and tuple(entropy.shape) != tuple(logp_new.shape):
-        raise ValueError(
-            f"entropy must have the shape of logp_new {tuple(logp_new.shape)}, "
-            f"got {tuple(entropy.shape)}"
-        )
-    if entropy_coef > 0.0 and entropy is None:
-        raise ValueError(
-            f"entropy_coef={entropy_coef} weights an entropy bonus, but entropy is None"
-        )
     eps_low = clip_eps
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
 
@@ -414,13 +405,15 @@ def _check_inputs(
     beta: float,
     max_tokens_norm: float | None,
     denominator: float | None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> None:
     """Raise ValueError naming the offending argument when the inputs do not fit together."""
     if logp_new.ndim != 2:
         raise ValueError(f"logp_new must be shaped (B, T), got {tuple(logp_new.shape)}")
     shape = tuple(logp_new.shape)
     others = (("logp_old", logp_old), ("mask", mask), ("ref_logp", ref_logp))
-    for name, t in (*others, ("kl_logp_new", kl_logp_new)):
+    for name, t in (*others, ("kl_logp_new", kl_logp_new), ("entropy", entropy)):
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(
                 f"{name} must have the shape of logp_new {shape}, got {tuple(t.shape)}"
@@ -442,6 +435,12 @@ def _check_inputs(
         raise ValueError(f"beta must be >= 0, got {beta}")
     if beta > 0.0 and ref_logp is None:
         raise ValueError(f"beta={beta} weights a KL to the reference policy, but ref_logp is None")
+    if entropy_coef < 0.0:
+        raise ValueError(f"entropy_coef must be >= 0, got {entropy_coef}")
+    if entropy_coef > 0.0 and entropy is None:
+        raise ValueError(
+            f"entropy_coef={entropy_coef} weights an entropy bonus, but entropy is None"
+        )
     if aggregation == "constant" and (max_tokens_norm is None or max_tokens_norm <= 0):
         raise ValueError(
             "aggregation='constant' (Dr. GRPO) needs max_tokens_norm > 0, normally the "

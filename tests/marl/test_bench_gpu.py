@@ -15,6 +15,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import gpu  # noqa: E402  (bench/gpu.py: bench/ is not a package)
 
+# the tiny model on this CPU at the smallest sizes, as every end-to-end test here runs it
+TINY = [
+    "--device", "cpu", "--model", "tiny", "--prompts", "2", "--prompt-tokens", "20",
+    "--new-tokens", "3", "--rounds", "1", "--matmul-size", "64", "--name", "tiny",
+]  # fmt: skip
+
 
 def test_rows_are_prompts_times_samples():
     assert gpu.layout(16, 32) == (16, 1)
@@ -69,36 +75,9 @@ def test_every_part_runs_on_the_tiny_model(tmp_path, monkeypatch):
 
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     data = gpu.run(
-        [
-            "--device",
-            "cpu",
-            "--model",
-            "tiny",
-            "--rows",
-            "2",
-            "4",
-            "--prompts",
-            "2",
-            "--prompt-tokens",
-            "20",
-            "--new-tokens",
-            "3",
-            "--rounds",
-            "1",
-            "--steps",
-            "1",
-            "--big",
-            "1x4",
-            "--matmul-size",
-            "64",
-            "--name",
-            "tiny",
-            "--out",
-            str(tmp_path / "out"),
-            "train.seeds_per_step=1",
-            "train.group_size=2",
-        ]
-    )
+        [*TINY, "--rows", "2", "4", "--steps", "1", "--big", "1x4", "--out", str(tmp_path / "out"),
+         "train.seeds_per_step=1", "train.group_size=2"]
+    )  # fmt: skip
     written = json.loads((tmp_path / "tiny.json").read_text())
     assert written["complete"] and written == json.loads((tmp_path / "out/tiny.json").read_text())
     assert set(data["generation"]) == {"2", "4"}
@@ -165,32 +144,7 @@ def test_profile_writes_where_the_time_and_the_tensors_go(tmp_path, monkeypatch)
     import common
 
     monkeypatch.setattr(common, "RESULTS", tmp_path)
-    gpu.run(
-        [
-            "--device",
-            "cpu",
-            "--model",
-            "tiny",
-            "--rows",
-            "4",
-            "--prompts",
-            "2",
-            "--prompt-tokens",
-            "20",
-            "--new-tokens",
-            "3",
-            "--rounds",
-            "1",
-            "--matmul-size",
-            "64",
-            "--name",
-            "tiny",
-            "--profile",
-            "--skip",
-            "demo",
-            "big",
-        ]
-    )
+    gpu.run([*TINY, "--rows", "4", "--profile", "--skip", "demo", "big"])
     main = json.loads((tmp_path / "tiny.json").read_text())
     assert "profile" not in main["update"] and "profile" not in main["generation"]
     profile = json.loads((tmp_path / "tiny_profile.json").read_text())
