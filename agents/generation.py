@@ -29,6 +29,11 @@ Before every call, each row's prompt (its reply so far included) and the new tok
 get must fit in its backend's context (:func:`marl.agents.context.backend_context`): prompts
 grow as an episode's messages accumulate, and one that does not fit is refused in one line
 naming the agent (:class:`marl.agents.context.ContextLengthError`), never cut.
+
+A policy may sample at a temperature of its own (``policies.<id>.temperature``): the caller
+passes ``temperatures`` (policy id -> temperature, where it differs from
+``sampling.temperature``). Views of one base that sample at different temperatures then go to
+the base in one call per temperature, since one call samples at one.
 """
 
 from __future__ import annotations
@@ -123,6 +128,7 @@ def generate_by_policy(
     seed: int,
     *,
     policies: Sequence[str | None] | None = None,
+    temperatures: Mapping[str, float] | None = None,
 ) -> tuple[list[list[Reply]], int]:
     """Every request's ``n`` replies (in request order), and the number of generate calls made.
 
@@ -131,7 +137,8 @@ def generate_by_policy(
     agent may play different policies in different episodes: a league opponent, cross-play).
     Rows of one policy keep the requests' order; ``sampling.n`` is ignored (each request says
     its own ``n``, as repeated rows). Views of one base backend share each call (module
-    docstring), so the count is per distinct generating backend and tool continuation.
+    docstring), so the count is per distinct generating backend (and temperature, where
+    ``temperatures`` gives a policy its own) and tool continuation.
     """
     out: list[list[Reply]] = [[] for _ in requests]
     by_policy: dict[str, list[int]] = {}
@@ -140,14 +147,17 @@ def generate_by_policy(
     for k, request in enumerate(requests):
         chosen = policies[k] if policies is not None else None
         by_policy.setdefault(chosen or policy_of(request.agent), []).append(k)
-    one = replace(sampling, n=1)
-    # policies in sorted order; views of one base backend join the call of the first of them
-    targets: dict[int, tuple[PolicyBackend, list[str]]] = {}
+    own = temperatures or {}
+    # policies in sorted order; views of one base backend that sample at one temperature join
+    # the call of the first of them
+    targets: dict[tuple[int, float], tuple[PolicyBackend, list[str]]] = {}
     for policy in sorted(by_policy):
         backend, _ = backend_target(backends[policy])
-        targets.setdefault(id(backend), (backend, []))[1].append(policy)
+        temperature = own.get(policy, sampling.temperature)
+        targets.setdefault((id(backend), temperature), (backend, []))[1].append(policy)
     calls = 0
-    for backend, group in targets.values():
+    for (_, temperature), (backend, group) in targets.items():
+        one = replace(sampling, n=1, temperature=temperature)
         rows: list[_Row] = []
         for policy in group:
             tokenizer = backends[policy].tokenizer

@@ -49,6 +49,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,9 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     success = scalars.get("eval/success", [])
     config = json.loads(json.dumps(_saved_config(where)))
     sampling = run_sampling(config)
+    # a listener with a temperature of its own (policies.listener.temperature) is scored at it
+    own = ((config.get("policies") or {}).get("listener") or {}).get("temperature")
+    listener_sampling = replace(sampling, temperature=own) if own is not None else None
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
     halfway = [0, steps // 2, steps]
@@ -156,6 +160,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
             counterfactuals=args.counterfactuals,
             seed=eval_seed(args.eval_seed, seed),
             sampling=sampling,
+            listener_sampling=listener_sampling,
         )[f"s{seed}"]
         result["checkpoint"] = spec.split("=", 1)[1]
         cache.write_text(json.dumps(json_safe(result)))

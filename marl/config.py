@@ -103,6 +103,8 @@ def _check_policy(key: str, policy: PolicyConfig) -> None:
         _positive(f"{key}.beta", policy.beta, allow_zero=True)
     if policy.entropy is not None:
         _positive(f"{key}.entropy", policy.entropy, allow_zero=True)
+    if policy.temperature is not None:
+        _positive(f"{key}.temperature", policy.temperature, allow_zero=True)
     lora = policy.lora
     if lora is not None:
         _positive(f"{key}.lora.r", lora.r)
@@ -489,6 +491,11 @@ class PolicyConfig:
     lr, beta, entropy: this policy's learning rate, KL weight and entropy bonus; null =
                ``algo.lr`` / ``algo.beta`` / ``algo.entropy`` (a listener that must not collapse
                early: ``policies.listener.entropy: 0.01``).
+    temperature: the softmax temperature this policy samples at, in the rollout, the held-out
+               evaluation, the re-simulations and the exact measures, and the one its learner's
+               ratio is taken under; null = ``sampling.temperature`` (0 = greedy, as there).
+               A listener that keeps exploring its answers while the speaker stays fluent:
+               ``policies.listener.temperature: 1.5``.
     """
 
     model: ModelSpec | None = None
@@ -498,6 +505,7 @@ class PolicyConfig:
     lr: float | None = None
     beta: float | None = None
     entropy: float | None = None
+    temperature: float | None = None
 
 
 @dataclass

@@ -55,6 +55,7 @@ def play_llm(cfg: DictConfig) -> str:
         plan.policy_of,
         config.sampling,
         seed=config.seed,
+        temperatures=plan.temperatures,
     )
     return header + "\n" + render_transcript(env)
 

@@ -414,16 +414,19 @@ def hf_sampler(
     sampling: SamplingConfig,
     *,
     seed: int = 0,
+    temperatures: Mapping[str, float] | None = None,
 ) -> Sampler:
     """The speaker's replies from the rollout's own backends (as the rollout samples them,
-    ``sampling.response_prefix`` included)."""
+    ``sampling.response_prefix`` and each policy's own ``temperatures`` included)."""
     from dataclasses import replace
 
     from marl.agents.generation import generate_by_policy
 
     def sample(requests: Sequence[Any], k: int) -> list[list[str]]:
         asked = [replace(r, n=k) for r in requests]
-        replies, _ = generate_by_policy(backends, policy_of, asked, sampling, seed)
+        replies, _ = generate_by_policy(
+            backends, policy_of, asked, sampling, seed, temperatures=temperatures
+        )
         return [[reply.text for reply in row] for row in replies]
 
     return sample

@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 __all__ = ["listening_tracker", "measurable"]
@@ -87,8 +88,13 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
                 plan.policy_of,
                 s,
                 seed=config.seed * 1_000_003 + updates_done,
+                temperatures=plan.temperatures,
             ),
-            hf_scorer(backends[plan.policy_of(listener)], sampling=s),
+            # the listener scored at the temperature it samples at (its policy's own, if set)
+            hf_scorer(
+                backends[plan.policy_of(listener)],
+                sampling=replace(s, temperature=plan.temperatures[plan.policy_of(listener)]),
+            ),
             counterfactuals=e.counterfactuals,
             speaker=speaker,
             listener=listener,

@@ -164,6 +164,7 @@ def league_plan(plan: PolicyPlan) -> PolicyPlan:
         beta=learner.beta,
         agents=(),
         entropy=learner.entropy,
+        temperature=learner.temperature,
     )
     return replace(plan, policies={**plan.policies, LEAGUE_POLICY: opponent})
 

@@ -219,10 +219,13 @@ def pair_listening(
     seed: int = 0,
     sampling: Any = None,
     progress: bool = False,
+    listener_sampling: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """Each pair's exact listening measures with itself: ``{pair: {"summary": {metric:
     {mean, low, high, n}}, "per_scenario": {metric: [...]}}}`` on ``episodes`` held-out
-    scenarios (the same for every pair), under ``sampling`` as :func:`role_crossplay`."""
+    scenarios (the same for every pair), under ``sampling`` as :func:`role_crossplay`; the
+    listener scored under ``listener_sampling`` where it differs (a run whose listener samples
+    at a temperature of its own, ``policies.listener.temperature``)."""
     from marl.agents.backends import SamplingConfig
     from marl.analysis.listening import hf_sampler, hf_scorer, listening_per_scenario
     from marl.scenarios.registry import make
@@ -243,7 +246,7 @@ def pair_listening(
                 sampling,
                 seed=seed,
             ),
-            hf_scorer(p.listener, sampling=sampling),
+            hf_scorer(p.listener, sampling=listener_sampling or sampling),
             counterfactuals=counterfactuals,
             swap_seed=seed,
         )

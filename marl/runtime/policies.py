@@ -56,14 +56,19 @@ def learner_settings(
     lr: float | None = None,
     beta: float | None = None,
     entropy: float | None = None,
+    temperature: float | None = None,
 ) -> LearnerSettings:
     """The learner's settings: ``config.algo``'s update fields (``lr``/``beta``/``entropy`` per
-    policy) and ``config.sampling``."""
+    policy) and ``config.sampling`` (at the policy's own ``temperature``, where it has one: the
+    ratio is taken under the distribution its rollout sampled from)."""
     update = {f.name: getattr(config.algo, f.name) for f in dataclasses.fields(UpdateSettings)}
     for name, value in (("lr", lr), ("beta", beta), ("entropy", entropy)):
         if value is not None:
             update[name] = value
-    return LearnerSettings(**update, sampling=config.sampling)
+    sampling = config.sampling
+    if temperature is not None:
+        sampling = dataclasses.replace(sampling, temperature=temperature)
+    return LearnerSettings(**update, sampling=sampling)
 
 
 def policy_seed(seed: int, policy_id: str) -> int:
@@ -220,7 +225,13 @@ class PolicyLearner:
         self.activate()  # a shared peft model: only this policy's adapter requires gradients
         self.learner = Learner(
             model,
-            learner_settings(config, lr=spec.lr, beta=spec.beta, entropy=spec.entropy),
+            learner_settings(
+                config,
+                lr=spec.lr,
+                beta=spec.beta,
+                entropy=spec.entropy,
+                temperature=spec.temperature,
+            ),
             pad_token_id=tokenizer.pad_token_id or 0,
             seed=policy_seed(config.seed, spec.id),
             name=spec.id,

@@ -48,6 +48,7 @@ class PolicySpec:
     beta: float
     agents: tuple[str, ...]
     entropy: float = 0.0
+    temperature: float = 1.0  # the sampling temperature (``sampling.temperature`` unless set)
 
     @property
     def adapter(self) -> str | None:
@@ -82,6 +83,12 @@ class PolicyPlan:
     def trainable(self) -> list[str]:
         """Ids of the policies that learn, sorted."""
         return [pid for pid, spec in self.policies.items() if spec.trainable]
+
+    @property
+    def temperatures(self) -> dict[str, float]:
+        """Each policy's sampling temperature (``policies.<id>.temperature``, else
+        ``sampling.temperature``): what generation takes as ``temperatures``."""
+        return {pid: spec.temperature for pid, spec in self.policies.items()}
 
     def turns_of(self, turns: Sequence, policy_id: str) -> list:
         """The turn records ``policy_id`` learns from: the turns of its own agents, nothing else."""
@@ -255,6 +262,9 @@ def _spec(
         beta=policy.beta if policy.beta is not None else config.algo.beta,
         agents=users,
         entropy=policy.entropy if policy.entropy is not None else config.algo.entropy,
+        temperature=(
+            policy.temperature if policy.temperature is not None else config.sampling.temperature
+        ),
     )
 
 

@@ -54,10 +54,13 @@ def backend_generate(
     policy_of: Callable[[str], str],
     sampling: SamplingConfig,
     seed: int = 0,
+    *,
+    temperatures: Mapping[str, float] | None = None,
 ) -> Callable[[Sequence[GenerationRequest]], list[list[str]]]:
     """The re-simulator's batched ``generate``: one backend call per policy per round. With
-    ``sampling.response_prefix`` replies start with their turn's head, exactly as in the
-    rollout. The k-th call is seeded ``seed * 100_003 + k``."""
+    ``sampling.response_prefix`` replies start with their turn's head, and each policy samples
+    at its own temperature (``temperatures``), exactly as in the rollout. The k-th call is
+    seeded ``seed * 100_003 + k``."""
     calls = itertools.count()
 
     def generate(requests: Sequence[GenerationRequest]) -> list[list[str]]:
@@ -65,7 +68,12 @@ def backend_generate(
             PromptRequest(r.agent, r.system_prompt, r.observation, r.info, r.n) for r in requests
         ]
         replies, _ = generate_by_policy(
-            backends, policy_of, prompts, sampling, seed * 100_003 + next(calls)
+            backends,
+            policy_of,
+            prompts,
+            sampling,
+            seed * 100_003 + next(calls),
+            temperatures=temperatures,
         )
         return [[reply.text for reply in options] for options in replies]
 

@@ -81,6 +81,8 @@ def run_episodes(
     policy_of: Callable[[str], str],
     sampling: SamplingConfig,
     seed: int = 0,
+    *,
+    temperatures: Mapping[str, float] | None = None,
 ) -> RolloutResult:
     """Play every slot's episode to the end and return the turn records and episode records.
 
@@ -89,6 +91,8 @@ def run_episodes(
     ``sampling.response_prefix`` each reply starts with the head its turn needs
     (:mod:`marl.agents.heads`): the head's tokens end the prompt, and the environment gets
     ``head + generated text``.
+    ``temperatures`` gives a policy its own sampling temperature (``policies.<id>.temperature``;
+    :func:`marl.agents.generation.generate_by_policy`).
     A slot's ``policies`` and ``bots`` override ``policy_of`` for that episode. Every turn record
     gets ``extras["reward_to_go"]``: its agent's rewards from its round to the episode's end.
     """
@@ -139,6 +143,7 @@ def run_episodes(
             sampling,
             seed * 100_003 + round_index,
             policies=chosen,
+            temperatures=temperatures,
         )
         result.generate_calls += calls
         order = sorted(range(len(requests)), key=lambda k: chosen[k])

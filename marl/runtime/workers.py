@@ -153,6 +153,7 @@ class RolloutWorker:
             self.plan.policy_of,
             self.config.sampling,
             seed,
+            temperatures=self.plan.temperatures,
         )
 
     def load_weights(self, payload: Any) -> int:
@@ -227,6 +228,7 @@ class RolloutWorker:
             self.plan.policy_of,
             self.config.sampling,
             seed=seed,
+            temperatures=self.plan.temperatures,
         )
 
     def holds_model(self, policy_id: str) -> bool:
@@ -255,7 +257,8 @@ class RolloutWorker:
                 f"backend: {self.config.backend!r} holds no torch model to score exactly; use hf"
             )
         base, adapter = backend_target(self.policies.backends[policy_id])
-        return score_model(base.model, base.tokenizer, adapter, self.config)
+        temperature = self.plan.policies[policy_id].temperature if self.plan else None
+        return score_model(base.model, base.tokenizer, adapter, self.config, temperature)
 
     def info(self) -> dict[str, Any]:
         """Where this worker runs."""
