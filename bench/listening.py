@@ -18,6 +18,8 @@ Conditions (each ``marl train`` on SmolLM2-135M with one LoRA adapter per agent,
   curriculum_entropy  the same with the listener's entropy bonus at 0.1.
   code_v1    ``code``'s recipe on signal-code-v1: the listener may answer with the target's
              code as its list shows it ("colour 3, shape 1"), a form it can copy.
+  code_v1_hot  ``code_v1`` with the listener sampling at temperature 1.5 (the speaker stays at
+             the run's 0.8): a listener that keeps exploring its answers.
 
 For each run, the held-out success (64 scenarios, ``eval/success`` before the first update and
 after the last) is read from its TensorBoard events, and its checkpoints are measured exactly
@@ -87,10 +89,18 @@ CONDITIONS: dict[str, tuple[list[str], int]] = {
         ["--config-name", "code_curriculum", "policies.listener.entropy=0.1"],
         40,
     ),
-    # next (registered, not yet run): the code recipe on signal-code-v1, where the listener may
-    # answer with the target's code as listed, a form it can copy
+    # the code recipe on signal-code-v1, where the listener may answer with the target's code
+    # as listed, a form it can copy (pre-registered)
     "code_v1": (["--config-name", "code", "scenario=signal_code"], 40),
+    # its follow-up: the listener samples at 1.5, the speaker at 0.8 (registered after seeing
+    # code_v1's first training curves, before any of its measurements)
+    "code_v1_hot": (
+        ["--config-name", "code", "scenario=signal_code", "policies.listener.temperature=1.5"],
+        40,
+    ),
 }
+# the conditions on a learned code: measured half-way too
+CODED = ("code", "curriculum", "curriculum_entropy", "code_v1", "code_v1_hot")
 # the exact listening measures tabulated (all of LISTENING_METRICS but swap_success)
 METRICS = tuple(m for m in LISTENING_METRICS if m != "swap_success")
 
@@ -138,8 +148,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
     halfway = [0, steps // 2, steps]
-    coded = condition in ("code", "curriculum", "curriculum_entropy", "code_v1")  # half-way too
-    points = [steps] if condition == "cut" else halfway if coded else [0, steps]
+    points = [steps] if condition == "cut" else halfway if condition in CODED else [0, steps]
     measured: dict[str, Any] = {}
     for step in points:
         checkpoint = where / "checkpoints" / f"step_{step:06d}"
