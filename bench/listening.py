@@ -95,7 +95,7 @@ CONDITIONS: dict[str, tuple[list[str], int]] = {
     # its follow-up: the listener samples at 1.5, the speaker at 0.8 (registered after seeing
     # code_v1's first training curves, before any of its measurements)
     "code_v1_hot": (
-        ["--config-name", "code", "scenario=signal_code", "policies.listener.temperature=1.5"],
+        ["--config-name", "code", "scenario=signal_code", "+policies.listener.temperature=1.5"],
         40,
     ),
 }
