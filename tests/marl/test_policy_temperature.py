@@ -22,15 +22,6 @@ from marl.runtime.policy_map import plan_for
 AGENTS = ["a", "b", "c", "d"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run 5-10x faster on one thread when the 2 cores are shared with other work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def config(**overrides: object) -> dict:
     """Unison with four agents, each with an adapter on one tiny base (``sharing=lora``)."""
     base = {
