@@ -135,18 +135,26 @@ def summarise(per_run: list[dict[str, Any]], step: int) -> dict[str, Any]:
     return out
 
 
+# each measure's range: its t-interval is clipped to it (a share in [0, 1], a correlation in
+# [-1, 1])
+RANGES = {"named": (0.0, 1.0), "topsim": (-1.0, 1.0)}
+
+
 def markdown(result: dict[str, Any]) -> str:
-    def fmt(s: dict[str, Any] | None) -> str:
+    def fmt(s: dict[str, Any] | None, key: str) -> str:
         if not s:
             return "-"
         if s.get("low") is None:
             return f"{s['mean']:.2f}"
-        return f"{s['mean']:.2f} [{max(-1.0, s['low']):.2f}, {min(1.0, s['high']):.2f}]"
+        lo, hi = RANGES[key]
+        return f"{s['mean']:.2f} [{max(lo, s['low']):.2f}, {min(hi, s['high']):.2f}]"
 
     lines = [
         "What the speakers say (bench/code_table.py): per run, "
         f"{result['args']['scenarios']} held-out scenarios x every candidate as the target x "
-        f"{result['args']['samples']} messages; seed-clustered means, 95% t-intervals over runs.",
+        f"{result['args']['samples']} messages; seed-clustered means, 95% t-intervals over runs, "
+        "clipped to each measure's range (the share naming the target in [0, 1], topographic "
+        "similarity in [-1, 1]).",
         "",
         "| condition | step | runs | names the target in English | topographic similarity |",
         "|---|---|---|---|---|",
@@ -155,7 +163,8 @@ def markdown(result: dict[str, Any]) -> str:
         for s in summaries:
             runs = len(s["named_per_seed"])
             lines.append(
-                f"| {condition} | {s['step']} | {runs} | {fmt(s['named'])} | {fmt(s['topsim'])} |"
+                f"| {condition} | {s['step']} | {runs} | {fmt(s['named'], 'named')} | "
+                f"{fmt(s['topsim'], 'topsim')} |"
             )
     for run in result["runs"]:
         last = max(run["steps"], key=int)

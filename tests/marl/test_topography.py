@@ -92,3 +92,23 @@ def test_the_bench_tabulates_a_real_runs_speaker(tmp_path) -> None:
     result["runs"] = [{"condition": "code", "seed": 0, "steps": {"1": described}}]
     text = code_table.markdown(result)
     assert "| code | 1 | 1 |" in text and "| target | message | share | distinct |" in text
+
+
+def test_the_bench_clips_each_interval_to_its_measure_range() -> None:
+    import code_table  # bench/code_table.py
+
+    # five runs whose share naming the target spreads wide: the t-interval passes 0, and the
+    # table clips it there (a share), while topographic similarity may go down to -1
+    per_run = [
+        {"steps": {"40": {"named": named, "topsim": topsim, "table": []}}}
+        for named, topsim in [(0.0, -0.9), (0.0, 0.9), (1.0, -0.5), (0.05, 0.8), (1.0, -0.9)]
+    ]
+    summary = code_table.summarise(per_run, 40)
+    assert summary["named"]["low"] < 0.0 and summary["topsim"]["low"] < -1.0  # unclipped data
+    result = {"args": {"scenarios": 3, "samples": 2}, "summary": {"code": [summary]}, "runs": []}
+    row = next(
+        line for line in code_table.markdown(result).splitlines() if line.startswith("| code")
+    )
+    named, topsim = row.split(" | ")[3:5]
+    assert named == f"{summary['named']['mean']:.2f} [0.00, 1.00]"
+    assert topsim.startswith(f"{summary['topsim']['mean']:.2f} [-1.00, ")
