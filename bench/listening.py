@@ -135,6 +135,9 @@ def train_missing(args: argparse.Namespace, condition: str, seeds: list[int]) ->
 def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, Any]:
     """The run's held-out success and exact listening measures at its measured steps."""
     from marl.competition.role_eval import load_pairs, pair_listening
+    from marl.config import load_config
+    from marl.runtime.policy_map import plan_for
+    from marl.scenarios.registry import make
 
     _, steps = CONDITIONS[condition]
     where = run_dir(args, condition, seed)
@@ -142,11 +145,12 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     success = scalars.get("eval/success", [])
     config = json.loads(json.dumps(_saved_config(where)))
     sampling = run_sampling(config)
-    # a listener with a temperature of its own (policies.listener.temperature) is scored at it
-    own = ((config.get("policies") or {}).get("listener") or {}).get("temperature")
-    listener_sampling = replace(sampling, temperature=own) if own is not None else None
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
+    # the listener is scored at the temperature its policy sampled at (its own, if it has one)
+    plan = plan_for(load_config(config))
+    listener = list(make(scenario, **overrides).possible_agents)[1]
+    listener_sampling = replace(sampling, temperature=plan.temperatures[plan.policy_of(listener)])
     halfway = [0, steps // 2, steps]
     points = [steps] if condition == "cut" else halfway if condition in CODED else [0, steps]
     measured: dict[str, Any] = {}
@@ -308,7 +312,8 @@ def plot(path: Path, runs: list[dict[str, Any]]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for condition, colour in zip(CONDITIONS, ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7")):
+    for i, condition in enumerate(CONDITIONS):
+        colour = f"C{i % 10}"  # matplotlib's default cycle
         mine = [r for r in runs if r["condition"] == condition]
         for r in mine:
             steps = sorted(r["listening"], key=int)

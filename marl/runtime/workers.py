@@ -256,8 +256,9 @@ class RolloutWorker:
             raise ConfigError(
                 f"backend: {self.config.backend!r} holds no torch model to score exactly; use hf"
             )
+        assert self.plan is not None  # set with the policies
         base, adapter = backend_target(self.policies.backends[policy_id])
-        temperature = self.plan.policies[policy_id].temperature if self.plan else None
+        temperature = self.plan.policies[policy_id].temperature
         return score_model(base.model, base.tokenizer, adapter, self.config, temperature)
 
     def info(self) -> dict[str, Any]:
