@@ -11,8 +11,12 @@ threads on two cores run 4 to 6 times slower than one (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +73,141 @@ def no_gpu_module() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as monkeypatch:
         _hide_gpus(monkeypatch)
         yield
+
+
+# --- the marl CLI in a process of its own, without paying its imports each time -----------------
+
+# Third-party libraries a `marl train` of the tiny model imports (about 4 of its 6 CPU-seconds
+# here). marl's own modules are not preloaded: each command imports them as a fresh process does.
+CLI_PRELOAD = (
+    "torch", "numpy", "yaml", "networkx", "pettingzoo", "gymnasium", "omegaconf", "hydra",
+    "hydra.core.config_store", "hydra._internal.utils", "transformers", "transformers.modeling_utils",
+    "transformers.models.llama.modeling_llama", "transformers.models.llama.configuration_llama",
+    "transformers.tokenization_utils_base", "tokenizers", "peft", "accelerate", "matplotlib",
+    "matplotlib.pyplot", "torch.utils.tensorboard", "tensorboard",
+)  # fmt: skip
+# What a command may set differently from the preloading process: variables these libraries
+# read when they run, not when they are imported. Any other difference (PYTHONPATH, a cache
+# folder, an ISA variable) runs the command in a real interpreter instead.
+CLI_RUNTIME_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "HYDRA_FULL_ERROR", "COLUMNS", "LINES")
+CLI_RUNTIME_PREFIXES = ("MARL_", "RAY_", "PYTEST_")
+
+_CLI_CHILD = """
+import atexit, io, os, sys, traceback
+os.chdir({cwd!r})
+os.environ.clear()
+os.environ.update({env!r})
+sys.path[:] = {path!r}
+sys.argv[:] = {argv!r}
+for fd, name, flags in ((0, {stdin!r}, os.O_RDONLY), (1, {stdout!r}, os.O_WRONLY), (2, {stderr!r}, os.O_WRONLY)):
+    opened = os.open(name, flags)
+    os.dup2(opened, fd)
+    os.close(opened)
+sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
+sys.stderr = io.TextIOWrapper(
+    io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+)
+try:
+    from marl.cli import main
+    code = main()
+except SystemExit as exc:
+    code = exc.code
+except BaseException:
+    traceback.print_exc()
+    code = 1
+if not isinstance(code, int) and code is not None:
+    print(code, file=sys.stderr)
+    code = 1
+atexit._run_exitfuncs()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(code or 0)
+"""
+
+
+class MarlCli:
+    """Runs ``marl <args>`` as its own process and returns what ``subprocess.run(...,
+    capture_output=True, text=True)`` would: the exit status, stdout and stderr.
+
+    The process is forked from a server that has already imported :data:`CLI_PRELOAD`
+    (``multiprocessing``'s forkserver), so a command costs its own work, not the ~4 CPU-seconds
+    of importing torch and transformers again; everything else is as the console script has it:
+    a process of its own, the script's ``sys.argv`` and ``sys.path``, the caller's working
+    directory and environment, fds 0-2 of its own, exit handlers run. Where the environment
+    differs from the server's in a variable that is read at import (:data:`CLI_RUNTIME_ENV`
+    lists those that are not), the command runs in a fresh interpreter instead. Tests of what
+    a fresh interpreter imports, of signals or of streaming output start the script themselves.
+    """
+
+    def __init__(self, scratch: Path) -> None:
+        import multiprocessing
+
+        self.script = str(Path(sys.executable).with_name("marl"))
+        self.scratch = scratch
+        self.calls = 0
+        self.context = multiprocessing.get_context("forkserver")
+        self.context.set_forkserver_preload(list(CLI_PRELOAD))
+        self.server_env = dict(os.environ)  # the server starts with this process's environment
+        probe = subprocess.run(
+            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+            capture_output=True, text=True, check=True, env=self.server_env,
+        )  # fmt: skip
+        self.path = [str(Path(self.script).parent), *json.loads(probe.stdout)]
+
+    def forks(self, env: dict[str, str]) -> bool:
+        """Whether a command with ``env`` can run forked from the server."""
+        keys = set(env) | set(self.server_env)
+        return all(
+            env.get(key) == self.server_env.get(key)
+            for key in keys
+            if key not in CLI_RUNTIME_ENV and not key.startswith(CLI_RUNTIME_PREFIXES)
+        )
+
+    def __call__(
+        self,
+        *args: str,
+        cwd: Path | str,
+        env: dict[str, str] | None = None,
+        timeout: float = 600,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess:
+        argv = [self.script, *map(str, args)]
+        env = dict(os.environ if env is None else env)
+        if not self.forks(env):
+            return subprocess.run(
+                argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
+                input=input,
+            )  # fmt: skip
+        self.calls += 1
+        files = self.scratch / f"call{self.calls}"
+        files.mkdir(parents=True)
+        stdin, stdout, stderr = (files / name for name in ("stdin", "stdout", "stderr"))
+        stdin.write_text(input or "")
+        stdout.touch()
+        stderr.touch()
+        code = _CLI_CHILD.format(
+            cwd=str(cwd), env=env, path=self.path, argv=argv, stdin=str(stdin),
+            stdout=str(stdout), stderr=str(stderr),
+        )  # fmt: skip
+        process = self.context.Process(target=exec, args=(code, {"__name__": "__main__"}))
+        process.start()
+        process.join(timeout)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+            raise subprocess.TimeoutExpired(argv, timeout, stdout.read_text(), stderr.read_text())
+        return subprocess.CompletedProcess(
+            argv, process.exitcode, stdout.read_text(), stderr.read_text()
+        )
+
+
+@pytest.fixture(scope="session")
+def marl_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarlCli]:
+    """:class:`MarlCli`, one server per xdist worker; stopped (and reaped, so `time` counts its
+    children's CPU) when the worker's tests are done."""
+    runner = MarlCli(tmp_path_factory.mktemp("marl-cli"))
+    yield runner
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()
