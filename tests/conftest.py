@@ -81,15 +81,21 @@ def no_gpu_module() -> Iterator[None]:
 # here). marl's own modules are not preloaded: each command imports them as a fresh process does.
 CLI_PRELOAD = (
     "torch", "numpy", "yaml", "networkx", "pettingzoo", "gymnasium", "omegaconf", "hydra",
-    "hydra.core.config_store", "hydra._internal.utils", "transformers", "transformers.modeling_utils",
-    "transformers.models.llama.modeling_llama", "transformers.models.llama.configuration_llama",
-    "transformers.tokenization_utils_base", "tokenizers", "peft", "accelerate", "matplotlib",
-    "matplotlib.pyplot", "torch.utils.tensorboard", "tensorboard",
+    "hydra.core.config_store", "hydra._internal.utils", "transformers",
+    "transformers.modeling_utils", "transformers.models.llama.modeling_llama",
+    "transformers.models.llama.configuration_llama", "transformers.tokenization_utils_base",
+    "tokenizers", "peft", "accelerate", "matplotlib", "matplotlib.pyplot",
+    "torch.utils.tensorboard", "tensorboard",
 )  # fmt: skip
 # What a command may set differently from the preloading process: variables these libraries
 # read when they run, not when they are imported. Any other difference (PYTHONPATH, a cache
 # folder, an ISA variable) runs the command in a real interpreter instead.
-CLI_RUNTIME_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "HYDRA_FULL_ERROR", "COLUMNS", "LINES")
+CLI_RUNTIME_ENV = (
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "HYDRA_FULL_ERROR", "COLUMNS", "LINES", "PATH",
+    "VIRTUAL_ENV",
+)  # fmt: skip
+# PYTHONWARNINGS is read at start-up; a command that sets it where the server has none gets its
+# filters applied by the stdlib's own parser before the command runs.
 CLI_RUNTIME_PREFIXES = ("MARL_", "RAY_", "PYTEST_")
 
 _CLI_CHILD = """
@@ -99,14 +105,19 @@ os.environ.clear()
 os.environ.update({env!r})
 sys.path[:] = {path!r}
 sys.argv[:] = {argv!r}
-for fd, name, flags in ((0, {stdin!r}, os.O_RDONLY), (1, {stdout!r}, os.O_WRONLY), (2, {stderr!r}, os.O_WRONLY)):
-    opened = os.open(name, flags)
+if {warnings!r}:
+    import warnings
+    sys.warnoptions[:] = {warnings!r}
+    warnings._processoptions(sys.warnoptions)
+for fd, name in enumerate(({stdin!r}, {stdout!r}, {stderr!r})):
+    opened = os.open(name, os.O_WRONLY if fd else os.O_RDONLY)
     os.dup2(opened, fd)
     os.close(opened)
 sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
 sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
 sys.stderr = io.TextIOWrapper(
-    io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+    io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+    line_buffering=True,
 )
 try:
     from marl.cli import main
@@ -128,7 +139,7 @@ os._exit(code or 0)
 
 class MarlCli:
     """Runs ``marl <args>`` as its own process and returns what ``subprocess.run(...,
-    capture_output=True, text=True)`` would: the exit status, stdout and stderr.
+    capture_output=True, text=True, cwd=cwd)`` would: the exit status, stdout and stderr.
 
     The process is forked from a server that has already imported :data:`CLI_PRELOAD`
     (``multiprocessing``'s forkserver), so a command costs its own work, not the ~4 CPU-seconds
@@ -158,6 +169,8 @@ class MarlCli:
     def forks(self, env: dict[str, str]) -> bool:
         """Whether a command with ``env`` can run forked from the server."""
         keys = set(env) | set(self.server_env)
+        if "PYTHONWARNINGS" not in self.server_env:
+            keys.discard("PYTHONWARNINGS")
         return all(
             env.get(key) == self.server_env.get(key)
             for key in keys
@@ -167,12 +180,13 @@ class MarlCli:
     def __call__(
         self,
         *args: str,
-        cwd: Path | str,
+        cwd: Path | str | None = None,
         env: dict[str, str] | None = None,
         timeout: float = 600,
         input: str | None = None,
     ) -> subprocess.CompletedProcess:
         argv = [self.script, *map(str, args)]
+        cwd = os.getcwd() if cwd is None else cwd
         env = dict(os.environ if env is None else env)
         if not self.forks(env):
             return subprocess.run(
@@ -188,6 +202,7 @@ class MarlCli:
         stderr.touch()
         code = _CLI_CHILD.format(
             cwd=str(cwd), env=env, path=self.path, argv=argv, stdin=str(stdin),
+            warnings=[w for w in env.get("PYTHONWARNINGS", "").split(",") if w],
             stdout=str(stdout), stderr=str(stderr),
         )  # fmt: skip
         process = self.context.Process(target=exec, args=(code, {"__name__": "__main__"}))

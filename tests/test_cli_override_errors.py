@@ -5,8 +5,6 @@ blocks were 7 and 12 lines). Real ``marl`` subprocesses."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,13 +14,11 @@ from marl.cli import config_keys, override_error
 pytestmark = pytest.mark.subprocess
 
 
-def marl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).with_name("marl")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
+@pytest.fixture
+def marl(marl_cli):
+    """``marl <args>`` in a process of its own, with Hydra's short errors (its default)."""
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    return subprocess.run(
-        [*command, *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env
-    )
+    return lambda *args, cwd: marl_cli(*args, cwd=cwd, env=env, timeout=300)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +30,9 @@ def marl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     ],
     ids=["train-key", "play-key", "group-option"],
 )
-def test_an_override_mistake_is_one_line(args: list[str], expected: str, tmp_path: Path) -> None:
+def test_an_override_mistake_is_one_line(
+    marl, args: list[str], expected: str, tmp_path: Path
+) -> None:
     done = marl(*args, "model=tiny", cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr

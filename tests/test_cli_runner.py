@@ -46,7 +46,9 @@ def test_a_forked_command_prints_and_exits_as_the_script_does(
 
 def test_a_forked_command_runs_in_a_process_and_folder_of_its_own(marl_cli, tmp_path: Path) -> None:
     before = os.getcwd()
-    done = marl_cli("play", "scenario=unison", "agents=scripted", "hydra.run.dir=here", cwd=tmp_path)
+    done = marl_cli(
+        "play", "scenario=unison", "agents=scripted", "hydra.run.dir=here", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "here").is_dir()  # hydra.run.dir is relative to the command's folder
     assert os.getcwd() == before

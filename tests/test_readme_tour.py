@@ -1,6 +1,8 @@
 """The README's commands work as printed: each command of the five-minute tour, and the
 ``marl validate`` / ``marl play scenario=./my_game.yaml`` of "Write your own scenario" (in
-docs/scenarios.md), run as a new user would run them, as subprocesses in a fresh working directory.
+docs/scenarios.md), run as a new user would run them, each ``marl`` command a process of its own
+(the suite's ``marl_cli``: the console script's argv, path and environment) in a fresh working
+directory.
 
 The commands are read from README.md and docs/scenarios.md, not copied here, so an edit of
 either is tested as it stands. Only what a test cannot afford is changed, each change listed in
@@ -140,7 +142,7 @@ def _env() -> dict[str, str]:
     }
 
 
-def test_every_command_of_the_five_minute_tour_runs(tmp_path: Path) -> None:
+def test_every_command_of_the_five_minute_tour_runs(marl_cli, tmp_path: Path) -> None:
     (tmp_path / "scenarios").symlink_to(ROOT / "scenarios", target_is_directory=True)
     env = _env()
     cmds = commands(tour_block())
@@ -155,9 +157,7 @@ def test_every_command_of_the_five_minute_tour_runs(tmp_path: Path) -> None:
             continue
         assert argv[0] == "marl", f"a tour command this test does not know: {command}"
         start = time.monotonic()
-        done = subprocess.run(
-            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
-        )
+        done = marl_cli(*argv[1:], cwd=tmp_path, env=env, timeout=900)
         took = time.monotonic() - start
         out = done.stdout + done.stderr
         assert done.returncode == 0, f"{' '.join(argv)} failed ({took:.0f}s):\n{out[-3000:]}"
@@ -173,7 +173,7 @@ def test_every_command_of_the_five_minute_tour_runs(tmp_path: Path) -> None:
     assert list((tmp_path / "runs/sweep/public_goods_cooperation").rglob("*.png"))
 
 
-def test_write_your_own_scenario_checks_and_plays_as_printed(tmp_path: Path) -> None:
+def test_write_your_own_scenario_checks_and_plays_as_printed(marl_cli, tmp_path: Path) -> None:
     """Step 1's YAML saved as my_game.yaml; step 3's ``marl validate my_game.yaml`` and
     ``marl play scenario=./my_game.yaml agents=scripted bot=rule`` (once refused by Hydra as
     ``In 'train': Could not find 'scenario/./my_game.yaml'``)."""
@@ -185,15 +185,13 @@ def test_write_your_own_scenario_checks_and_plays_as_printed(tmp_path: Path) -> 
     play = re.search(r"Then\s+`(marl play scenario=\./my_game\.yaml[^`]*)`", text)
     assert validate and play, "step 3 names both commands"
     env = _env()
-    checked = subprocess.run(
-        shlex.split(validate.group(1)), cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    validate_argv, play_argv = shlex.split(validate.group(1)), shlex.split(play.group(1))
+    assert validate_argv[0] == play_argv[0] == "marl"
+    checked = marl_cli(*validate_argv[1:], cwd=tmp_path, env=env)
     assert checked.returncode == 0 and checked.stdout.strip() == "my_game.yaml: ok", (
         checked.stdout + checked.stderr
     )
-    played = subprocess.run(
-        shlex.split(play.group(1)), cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    played = marl_cli(*play_argv[1:], cwd=tmp_path, env=env)
     assert played.returncode == 0, played.stderr[-2000:]
     assert played.stdout.startswith("=== stag-hunt-v0 | seed 0"), played.stdout[:500]
     assert "--- result ---" in played.stdout and "Traceback" not in played.stderr

@@ -6,8 +6,6 @@ the league and exploitability; relay: Shapley credit) are read back with TensorB
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -132,7 +130,7 @@ RUNS = {
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_every_tag_a_run_writes_is_documented(tmp_path: Path) -> None:
+def test_every_tag_a_run_writes_is_documented(marl_cli, tmp_path: Path) -> None:
     patterns = documented_patterns(PAGE.read_text())
     assert len(patterns) > 60
     seen: set[str] = set()
@@ -140,9 +138,6 @@ def test_every_tag_a_run_writes_is_documented(tmp_path: Path) -> None:
         named = overrides[0] == "--config-name"
         head, tail = (overrides[:2], overrides[2:]) if named else ([], overrides)
         command = [
-            sys.executable,
-            "-m",
-            "marl.cli",
             "train",
             *head,
             "model=tiny",
@@ -153,7 +148,7 @@ def test_every_tag_a_run_writes_is_documented(tmp_path: Path) -> None:
             f"hydra.run.dir={tmp_path / name}",
             *tail,
         ]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        done = marl_cli(*command, timeout=600, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-2000:]
         seen |= run_tags(tmp_path / name / "tensorboard")
     for expected in ("eval/listening/cic", "league/exploitability", "credit/influence"):

@@ -4,8 +4,6 @@ allocator)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -41,23 +39,12 @@ def test_a_model_larger_than_free_memory_is_one_line_naming_its_settings() -> No
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_marl_train_refuses_it_in_one_line(tmp_path: Path) -> None:
+def test_marl_train_refuses_it_in_one_line(marl_cli, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "marl.cli",
-            "train",
-            "model=tiny",
-            "model.hidden_size=65536",
-            "train.steps=1",
-            f"hydra.run.dir={run}",
-        ],
-        capture_output=True,
-        text=True,
+    done = marl_cli(
+        "train", "model=tiny", "model.hidden_size=65536", "train.steps=1", f"hydra.run.dir={run}",
         timeout=120,
-    )
+    )  # fmt: skip
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "model.hidden_size=65536" in errors[0], done.stderr[-2000:]

@@ -26,7 +26,6 @@ import json
 import math
 import random
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -381,11 +380,6 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int, str]]:
     }
 
 
-def marl_command() -> list[str]:
-    script = Path(sys.executable).with_name("marl")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
-
-
 TINY = "model.embed_tokens.weight"
 CLI_KINDS: dict[str, tuple[Callable[[dict], None], str]] = {
     "int64": (
@@ -424,7 +418,12 @@ CLI_KINDS: dict[str, tuple[Callable[[dict], None], str]] = {
 @pytest.mark.parametrize("command", ["train", "eval"])
 @pytest.mark.parametrize("kind", list(CLI_KINDS))
 def test_the_cli_refuses_each_kind_in_one_line_and_changes_nothing(
-    trained: Path, tmp_path: Path, kind: str, command: str, capsys: pytest.CaptureFixture[str]
+    marl_cli,
+    trained: Path,
+    tmp_path: Path,
+    kind: str,
+    command: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``marl train resume=`` as a process of its own (Hydra's entry point), ``marl eval``
     through the console script's ``main`` in this process (as tests/marl/test_eval_trust.py
@@ -440,7 +439,7 @@ def test_the_cli_refuses_each_kind_in_one_line_and_changes_nothing(
             "train", "model=tiny", "scenario=unison", f"resume={run}", "train.steps=2",
             f"hydra.run.dir={out}", "logging.progress=false", "runtime.threads=1",
         ]  # fmt: skip
-        done = subprocess.run([*marl_command(), *args], capture_output=True, text=True, timeout=300)
+        done = marl_cli(*args, timeout=300)
         code, stderr = done.returncode, done.stderr
     else:
         code = main(["eval", str(run), "random", "--episodes", "1", "--out", str(out)])

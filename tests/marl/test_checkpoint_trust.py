@@ -446,24 +446,19 @@ def test_resume_refuses_another_model_size_in_one_line(unison_run: Path, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_the_cli_prints_one_line_for_a_corrupt_checkpoint(unison_run: Path, tmp_path: Path) -> None:
+def test_the_cli_prints_one_line_for_a_corrupt_checkpoint(
+    marl_cli, unison_run: Path, tmp_path: Path
+) -> None:
     run = tmp_path / "copy"
     directory = save_checkpoint(run, 1, load_checkpoint(unison_run))
     corrupt(directory / STATE_FILE, "flip")
-    script = Path(sys.executable).with_name("marl")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
-    result = subprocess.run(
-        [
-            *command,
-            "train",
-            "model=tiny",
-            "scenario=unison",
-            f"resume={run}",
-            f"hydra.run.dir={tmp_path / 'out'}",
-            "logging.progress=false",
-        ],
-        capture_output=True,
-        text=True,
+    result = marl_cli(
+        "train",
+        "model=tiny",
+        "scenario=unison",
+        f"resume={run}",
+        f"hydra.run.dir={tmp_path / 'out'}",
+        "logging.progress=false",
         timeout=300,
     )
     assert result.returncode == 2, result.stderr
@@ -552,26 +547,19 @@ def test_resume_takes_the_newest_complete_step_when_latest_names_a_missing_one(
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_marl_train_resumes_from_the_newest_complete_step_after_a_killed_resave(
-    unison_run: Path, tmp_path: Path
+    marl_cli, unison_run: Path, tmp_path: Path
 ) -> None:
     """The real thing: a run's checkpoint saved as steps 1 and 2, the re-save of step 2 killed
     between its renames, then ``marl train resume=...`` continues from step 1 and says so."""
     kill_between_renames(tmp_path / "killed", unison_run)
-    script = Path(sys.executable).with_name("marl")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
-    done = subprocess.run(
-        [
-            *command,
-            "train",
-            "model=tiny",
-            "scenario=unison",
-            "train.steps=2",
-            f"resume={tmp_path / 'killed'}",
-            f"hydra.run.dir={tmp_path / 'resumed'}",
-            "logging.progress=false",
-        ],
-        capture_output=True,
-        text=True,
+    done = marl_cli(
+        "train",
+        "model=tiny",
+        "scenario=unison",
+        "train.steps=2",
+        f"resume={tmp_path / 'killed'}",
+        f"hydra.run.dir={tmp_path / 'resumed'}",
+        "logging.progress=false",
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]

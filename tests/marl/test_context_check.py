@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,14 +104,10 @@ def test_a_prompt_that_outgrows_the_context_mid_episode_is_refused_at_its_call()
     assert int(match.group(2).replace(",", "")) + 8 > context
 
 
-def marl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "marl.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
+@pytest.fixture
+def marl(marl_cli):
+    """``marl <args>`` in a process of its own."""
+    return lambda *args, cwd: marl_cli(*args, cwd=cwd, timeout=300)
 
 
 def refused_in_one_line(done: subprocess.CompletedProcess) -> str:
@@ -129,7 +124,7 @@ def refused_in_one_line(done: subprocess.CompletedProcess) -> str:
 @pytest.mark.subprocess
 @pytest.mark.parametrize("command", ["train", "play"])
 def test_the_cli_refuses_a_scenario_whose_prompt_exceeds_the_tiny_model(
-    command: str, tmp_path: Path
+    marl, command: str, tmp_path: Path
 ) -> None:
     data, _ = load_document("relay-v0")
     scenario = tmp_path / "long.yaml"
@@ -161,7 +156,7 @@ def test_the_cli_refuses_a_scenario_whose_prompt_exceeds_the_tiny_model(
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_the_cli_refuses_a_huge_reply_budget_in_one_line(tmp_path: Path) -> None:
+def test_the_cli_refuses_a_huge_reply_budget_in_one_line(marl, tmp_path: Path) -> None:
     done = marl(
         "train",
         "model=tiny",

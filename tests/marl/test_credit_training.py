@@ -12,8 +12,6 @@ counterfactual method must give them exactly 0 (replacing their text changes not
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,31 +100,25 @@ def assert_free_riders_get_no_credit(accumulator: EventAccumulator) -> None:
 
 
 @pytest.mark.subprocess
-def test_cli_train_credit_difference(tmp_path: Path) -> None:
+def test_cli_train_credit_difference(marl_cli, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    marl = Path(sys.executable).with_name("marl")
-    completed = subprocess.run(
-        [
-            str(marl),
-            "train",
-            "scenario=unison",
-            "model=tiny",
-            "credit=difference",
-            "credit.keep_action=false",
-            "+scenario.overrides.system_prompt=''",
-            f"+scenario.overrides.agents=[{','.join(AGENTS)}]",
-            f"+scenario.overrides.params={{target:{TARGET},scored_agents:[a0]}}",
-            f"train.steps={STEPS}",
-            "train.seeds_per_step=1",
-            f"train.group_size={GROUP}",
-            f"sampling.max_new_tokens={MAX_NEW_TOKENS}",
-            "algo.lr=3e-3",
-            "logging.progress=false",
-            "logging.transcripts_every=1",
-            f"hydra.run.dir={run_dir}",
-        ],
-        capture_output=True,
-        text=True,
+    completed = marl_cli(
+        "train",
+        "scenario=unison",
+        "model=tiny",
+        "credit=difference",
+        "credit.keep_action=false",
+        "+scenario.overrides.system_prompt=''",
+        f"+scenario.overrides.agents=[{','.join(AGENTS)}]",
+        f"+scenario.overrides.params={{target:{TARGET},scored_agents:[a0]}}",
+        f"train.steps={STEPS}",
+        "train.seeds_per_step=1",
+        f"train.group_size={GROUP}",
+        f"sampling.max_new_tokens={MAX_NEW_TOKENS}",
+        "algo.lr=3e-3",
+        "logging.progress=false",
+        "logging.transcripts_every=1",
+        f"hydra.run.dir={run_dir}",
         timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )

@@ -10,8 +10,6 @@ import csv
 import itertools
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -255,48 +253,37 @@ def test_generation_is_batched_over_every_pairing() -> None:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_cli_eval_on_trained_checkpoints(tmp_path: Path) -> None:
-    marl = str(Path(sys.executable).with_name("marl"))
+def test_cli_eval_on_trained_checkpoints(marl_cli, tmp_path: Path) -> None:
     for seed in (0, 1):
-        done = subprocess.run(
-            [
-                marl,
-                "train",
-                "model=tiny",
-                "scenario=matching_pennies",
-                "league=pool",
-                "train.steps=2",
-                "train.group_size=2",
-                "sampling.max_new_tokens=6",
-                "logging.progress=false",
-                f"seed={seed}",
-                f"hydra.run.dir={tmp_path / f'seed{seed}'}",
-            ],
-            capture_output=True,
-            text=True,
+        done = marl_cli(
+            "train",
+            "model=tiny",
+            "scenario=matching_pennies",
+            "league=pool",
+            "train.steps=2",
+            "train.group_size=2",
+            "sampling.max_new_tokens=6",
+            "logging.progress=false",
+            f"seed={seed}",
+            f"hydra.run.dir={tmp_path / f'seed{seed}'}",
             timeout=600,
         )
         assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "eval"
-    done = subprocess.run(
-        [
-            marl,
-            "eval",
-            str(tmp_path / "seed0"),
-            f"late={tmp_path / 'seed1' / 'checkpoints'}",
-            "model:tiny",
-            f"init={tmp_path / 'seed0' / 'league' / 'snapshot_0.pt'}",
-            "random",
-            "rule",
-            "--episodes",
-            "4",
-            "--bootstrap",
-            "20",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    done = marl_cli(
+        "eval",
+        str(tmp_path / "seed0"),
+        f"late={tmp_path / 'seed1' / 'checkpoints'}",
+        "model:tiny",
+        f"init={tmp_path / 'seed0' / 'league' / 'snapshot_0.pt'}",
+        "random",
+        "rule",
+        "--episodes",
+        "4",
+        "--bootstrap",
+        "20",
+        "--out",
+        str(out),
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -308,12 +295,7 @@ def test_cli_eval_on_trained_checkpoints(tmp_path: Path) -> None:
     assert set(payload["ratings"]) == {"seed0", "late", "tiny", "init", "random", "rule"}
     assert len(payload["episodes"]) == 15 * 4
     assert (out / "crossplay.png").read_bytes()[:4] == b"\x89PNG"
-    bad = subprocess.run(
-        [marl, "eval", str(tmp_path / "seed0"), str(tmp_path / "missing")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = marl_cli("eval", str(tmp_path / "seed0"), str(tmp_path / "missing"), timeout=300)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert f"checkpoint not found: {tmp_path / 'missing'}" in bad.stderr
 

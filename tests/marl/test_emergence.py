@@ -7,8 +7,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from statistics import fmean
@@ -421,25 +419,21 @@ def test_config_checks_name_the_key() -> None:
 # --- marl train and marl report --------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_cli_train_scripted_logs_emergence_every_step_and_report_reads_it(tmp_path: Path) -> None:
+def test_cli_train_scripted_logs_emergence_every_step_and_report_reads_it(
+    marl_cli, tmp_path: Path
+) -> None:
     run_dir = tmp_path / "run"
-    marl = Path(sys.executable).with_name("marl")
     steps = 3
-    completed = subprocess.run(
-        [
-            str(marl),
-            "train",
-            "agents=scripted",
-            "bot=rule",
-            f"train.steps={steps}",
-            "train.seeds_per_step=2",
-            "train.group_size=2",
-            "emergence.influence_every=2",
-            "logging.progress=false",
-            f"hydra.run.dir={run_dir}",
-        ],
-        capture_output=True,
-        text=True,
+    completed = marl_cli(
+        "train",
+        "agents=scripted",
+        "bot=rule",
+        f"train.steps={steps}",
+        "train.seeds_per_step=2",
+        "train.group_size=2",
+        "emergence.influence_every=2",
+        "logging.progress=false",
+        f"hydra.run.dir={run_dir}",
         timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -456,17 +450,8 @@ def test_cli_train_scripted_logs_emergence_every_step_and_report_reads_it(tmp_pa
     # 2 seeds per step: at most 2 targets, 1 bit
     assert all(e.value > 0.5 for e in events.Scalars("emergence/speaker/speaker_mi"))
 
-    report = subprocess.run(
-        [
-            str(marl),
-            "report",
-            str(run_dir),
-            "--tag",
-            "emergence/edges/speaker->listener/speaker_mi",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    report = marl_cli(
+        "report", str(run_dir), "--tag", "emergence/edges/speaker->listener/speaker_mi", timeout=300
     )
     assert report.returncode == 0, report.stderr[-2000:]
     assert "emergence/speaker/influence_return" in report.stdout  # the emergence table

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -147,24 +145,18 @@ def test_training_with_overflowing_lr_stops_and_never_checkpoints_nan(tmp_path: 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_cli_reports_nonfinite_stop_in_one_line(tmp_path: Path) -> None:
-    marl = Path(sys.executable).with_name("marl")
-    completed = subprocess.run(
-        [
-            str(marl),
-            "train",
-            "model=tiny",
-            "algo.lr=1e39",
-            "algo.beta=0.01",
-            "algo.max_nonfinite_updates=1",
-            "train.steps=2",
-            "train.group_size=2",
-            "sampling.max_new_tokens=4",
-            "logging.progress=false",
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
-        capture_output=True,
-        text=True,
+def test_cli_reports_nonfinite_stop_in_one_line(marl_cli, tmp_path: Path) -> None:
+    completed = marl_cli(
+        "train",
+        "model=tiny",
+        "algo.lr=1e39",
+        "algo.beta=0.01",
+        "algo.max_nonfinite_updates=1",
+        "train.steps=2",
+        "train.group_size=2",
+        "sampling.max_new_tokens=4",
+        "logging.progress=false",
+        f"hydra.run.dir={tmp_path / 'run'}",
         timeout=300,
     )
     assert completed.returncode == 2, completed.stderr[-2000:]

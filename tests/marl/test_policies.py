@@ -237,16 +237,10 @@ def test_marl_play_never_starts_ray(capsys: pytest.CaptureFixture) -> None:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_cli_reports_a_policy_mistake_without_traceback(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def test_cli_reports_a_policy_mistake_without_traceback(marl_cli, tmp_path: Path) -> None:
 
-    marl = Path(sys.executable).with_name("marl")
-    done = subprocess.run(
-        [str(marl), "train", "model=tiny", "+policies.ghost={}", f"hydra.run.dir={tmp_path}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = marl_cli(
+        "train", "model=tiny", "+policies.ghost={}", f"hydra.run.dir={tmp_path}", timeout=120
     )
     assert done.returncode != 0
     assert "policies.ghost" in done.stderr and "Traceback" not in done.stderr

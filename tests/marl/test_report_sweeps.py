@@ -9,7 +9,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,26 +20,16 @@ from marl.analysis.stats import mean_ci
 AXIS = "scenario.overrides.reward.cooperation"
 
 
-def marl_command() -> list[str]:
-    script = Path(sys.executable).with_name("marl")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
-
-
-def run_marl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [*marl_command(), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"},
-    )
+def run_marl(marl_cli, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    done = marl_cli(*args, cwd=cwd, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
-def scripted_multirun(root: Path, *overrides: str) -> Path:
+def scripted_multirun(marl_cli, root: Path, *overrides: str) -> Path:
     run_marl(
+        marl_cli,
         "train",
         "-m",
         "agents=scripted",
@@ -55,20 +44,27 @@ def scripted_multirun(root: Path, *overrides: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cooperation_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cooperation_sweep(marl_cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The public-goods cooperation preset, cut to 3 values x 2 seeds, played by random bots."""
     root = tmp_path_factory.mktemp("sweeps") / "public_goods"
     return scripted_multirun(
-        root, "+sweep=public_goods_cooperation", "bot=random", f"{AXIS}=1.0,0.0,0.5", "seed=0,1"
+        marl_cli,
+        root,
+        "+sweep=public_goods_cooperation",
+        "bot=random",
+        f"{AXIS}=1.0,0.0,0.5",
+        "seed=0,1",
     )
 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_report_groups_a_cooperation_sweep_by_its_axis(cooperation_sweep: Path) -> None:
+def test_report_groups_a_cooperation_sweep_by_its_axis(marl_cli, cooperation_sweep: Path) -> None:
     runs = sorted(p for p in cooperation_sweep.iterdir() if (p / "config.yaml").is_file())
     assert len(runs) == 6
-    done = run_marl("report", str(cooperation_sweep), "--last", "2", cwd=cooperation_sweep)
+    done = run_marl(
+        marl_cli, "report", str(cooperation_sweep), "--last", "2", cwd=cooperation_sweep
+    )
     summary = json.loads((cooperation_sweep / "report" / "summary.json").read_text())
     assert summary["axes"] == [AXIS]
     groups = [row["group"] for row in summary["finals"]]
@@ -102,9 +98,19 @@ def test_report_groups_a_cooperation_sweep_by_its_axis(cooperation_sweep: Path) 
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_report_agrees_with_the_hparams_session_when_averaging_the_same_steps(
+    marl_cli,
     cooperation_sweep: Path,
 ) -> None:
-    run_marl("report", str(cooperation_sweep), "--last", "3", "--out", "r3", cwd=cooperation_sweep)
+    run_marl(
+        marl_cli,
+        "report",
+        str(cooperation_sweep),
+        "--last",
+        "3",
+        "--out",
+        "r3",
+        cwd=cooperation_sweep,
+    )
     summary = json.loads((cooperation_sweep / "r3" / "summary.json").read_text())
     for row in summary["finals"]:
         value = row["axes"][AXIS]
@@ -122,11 +128,16 @@ def test_report_agrees_with_the_hparams_session_when_averaging_the_same_steps(
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_group_axis_names_the_group_not_every_key_it_changed(tmp_path: Path) -> None:
+def test_a_group_axis_names_the_group_not_every_key_it_changed(marl_cli, tmp_path: Path) -> None:
     root = scripted_multirun(
-        tmp_path / "algos", "scenario=stag-hunt", "algo=grpo,dr_grpo", "seed=0,1", "train.steps=2"
+        marl_cli,
+        tmp_path / "algos",
+        "scenario=stag-hunt",
+        "algo=grpo,dr_grpo",
+        "seed=0,1",
+        "train.steps=2",
     )
-    done = run_marl("report", str(root), cwd=tmp_path)
+    done = run_marl(marl_cli, "report", str(root), cwd=tmp_path)
     summary = json.loads((root / "report" / "summary.json").read_text())
     assert summary["axes"] == ["algo"]
     assert [(r["group"], r["seeds"]) for r in summary["finals"]] == [

@@ -7,8 +7,6 @@ resume=<run>`` without ``hydra.run.dir`` continues that folder instead of a new 
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -130,21 +128,18 @@ def test_marl_train_resume_continues_the_checkpoints_run_folder(tmp_path: Path) 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_marl_train_resume_without_a_run_dir_writes_no_second_run(tmp_path: Path) -> None:
-    marl = str(Path(sys.executable).with_name("marl"))
+def test_marl_train_resume_without_a_run_dir_writes_no_second_run(marl_cli, tmp_path: Path) -> None:
     common = ["model=tiny", "scenario=unison", "train.group_size=2", "sampling.max_new_tokens=8",
               "logging.progress=false", "runtime.threads=1"]  # fmt: skip
     run = tmp_path / "run"
-    first = subprocess.run(
-        [marl, "train", *common, "train.steps=1", f"hydra.run.dir={run}"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+    first = marl_cli(
+        "train", *common, "train.steps=1", f"hydra.run.dir={run}", timeout=300, cwd=tmp_path
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     overrides = (run / ".hydra" / "overrides.yaml").read_text()
-    resumed = subprocess.run(
-        [marl, "train", *common, "train.steps=2", f"resume={run}"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+    resumed = marl_cli(
+        "train", *common, "train.steps=2", f"resume={run}", timeout=300, cwd=tmp_path
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"continuing {run} and its TensorBoard run" in resumed.stdout
     assert not (tmp_path / "runs").exists()  # no timestamped folder

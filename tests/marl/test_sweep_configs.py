@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from importlib.resources import files
 from pathlib import Path
 
@@ -59,21 +57,14 @@ def test_the_package_ships_the_sweep_folder() -> None:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_multirun_plays_one_run_per_cooperation_and_seed(tmp_path: Path) -> None:
-    script = Path(sys.executable).with_name("marl")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
-    done = subprocess.run(
-        [
-            *command,
-            "play",
-            "-m",
-            SWEEP,
-            "agents=scripted",
-            "bot=rule",
-            f"hydra.sweep.dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
+def test_a_multirun_plays_one_run_per_cooperation_and_seed(marl_cli, tmp_path: Path) -> None:
+    done = marl_cli(
+        "play",
+        "-m",
+        SWEEP,
+        "agents=scripted",
+        "bot=rule",
+        f"hydra.sweep.dir={tmp_path}",
         timeout=300,
         cwd=tmp_path,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},

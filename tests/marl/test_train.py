@@ -4,8 +4,6 @@ resume exactly, and the CLI writes TensorBoard events that TensorBoard's own rea
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -103,22 +101,16 @@ def test_tiny_model_learns_unison(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_cli_train_writes_tensorboard_events(tmp_path: Path) -> None:
+def test_cli_train_writes_tensorboard_events(marl_cli, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    marl = Path(sys.executable).with_name("marl")
-    completed = subprocess.run(
-        [
-            str(marl),
-            "train",
-            "model=tiny",
-            "train.steps=2",
-            "train.group_size=2",
-            "sampling.max_new_tokens=8",
-            "logging.progress=false",
-            f"hydra.run.dir={run_dir}",
-        ],
-        capture_output=True,
-        text=True,
+    completed = marl_cli(
+        "train",
+        "model=tiny",
+        "train.steps=2",
+        "train.group_size=2",
+        "sampling.max_new_tokens=8",
+        "logging.progress=false",
+        f"hydra.run.dir={run_dir}",
         timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -154,13 +146,9 @@ def test_cli_train_writes_tensorboard_events(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_cli_train_rejects_impossible_config_without_traceback(tmp_path: Path) -> None:
-    marl = Path(sys.executable).with_name("marl")
-    completed = subprocess.run(
-        [str(marl), "train", "model=tiny", "train.group_size=0", f"hydra.run.dir={tmp_path}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+def test_cli_train_rejects_impossible_config_without_traceback(marl_cli, tmp_path: Path) -> None:
+    completed = marl_cli(
+        "train", "model=tiny", "train.group_size=0", f"hydra.run.dir={tmp_path}", timeout=120
     )
     assert completed.returncode != 0
     assert "train.group_size" in completed.stderr

@@ -6,8 +6,6 @@ loader (a run's ``scenario.overrides`` too)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -57,17 +55,12 @@ def test_a_run_s_scenario_overrides_are_bounded_like_a_file() -> None:
 
 
 @pytest.mark.subprocess
-def test_marl_validate_refuses_a_900_kb_system_prompt_in_one_line(tmp_path: Path) -> None:
+def test_marl_validate_refuses_a_900_kb_system_prompt_in_one_line(marl_cli, tmp_path: Path) -> None:
     path = tmp_path / "huge.yaml"
     data = document("relay-v0", name="huge-v0", system_prompt="x" * 900_000)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     assert 900_000 < path.stat().st_size < 1_000_000  # within the reader's 1 MB file bound
-    done = subprocess.run(
-        [sys.executable, "-m", "marl.cli", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = marl_cli("validate", str(path), timeout=120)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert done.stdout.splitlines() == [f"{path}: system_prompt: 900,000 characters, {WHY}"]

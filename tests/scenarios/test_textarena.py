@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -358,25 +356,15 @@ def test_check_params_says_when_textarena_is_missing(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_marl_play_hosts_a_textarena_game(tmp_path: Path) -> None:
-    marl_script = Path(sys.executable).with_name("marl")
-    command = [str(marl_script)] if marl_script.exists() else [sys.executable, "-m", "marl.cli"]
-    done = subprocess.run(
-        [*command, "play", "scenario=textarena", "scenario.overrides.params.env_id=Nim-v0"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
+def test_marl_play_hosts_a_textarena_game(marl_cli, tmp_path: Path) -> None:
+    done = marl_cli(
+        "play", "scenario=textarena", "scenario.overrides.params.env_id=Nim-v0", cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "TextArena game Nim-v0" in done.stdout
     assert "returns: player_0=+2.000, player_1=-2.000" in done.stdout  # Nim 3-4-5: first wins
-    refused = subprocess.run(
-        [*command, "play", "scenario=textarena", "scenario.overrides.params.env_id=Hangman-v0"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
+    refused = marl_cli(
+        "play", "scenario=textarena", "scenario.overrides.params.env_id=Hangman-v0", cwd=tmp_path
     )
     assert refused.returncode != 0
     assert "Hangman-v0" in refused.stdout + refused.stderr

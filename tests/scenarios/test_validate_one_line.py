@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -70,24 +68,18 @@ def test_a_check_params_that_raises_is_one_problem(
     path = scenario_file(tmp_path, "spotlight", "crash", params={"scouts": ["ann"]})
     assert main(["validate", str(path)]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        f"{path}: params: rules 'spotlight' could not check these params "
-        "(KeyError: 'no such key')"
+        f"{path}: params: rules 'spotlight' could not check these params (KeyError: 'no such key')"
     ]
 
 
 @pytest.mark.subprocess
-def test_a_rules_module_that_exits_is_one_problem_not_the_end_of_validate(tmp_path: Path) -> None:
+def test_a_rules_module_that_exits_is_one_problem_not_the_end_of_validate(
+    marl_cli, tmp_path: Path
+) -> None:
     exits = tmp_path / "exits.yaml"
     exits.write_text("name: exits-v0\nrules: matrix\nrules_module: unittest.__main__\n")
     scouts = scenario_file(tmp_path, "spotlight", "scouts", params={"scouts": [["ann"]]})
-    script = Path(sys.executable).with_name("marl")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
-    done = subprocess.run(
-        [*command, "validate", str(exits), str(scouts)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = marl_cli("validate", str(exits), str(scouts), timeout=300)
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == (
