@@ -96,7 +96,7 @@ CLI_RUNTIME_ENV = (
 )  # fmt: skip
 # PYTHONWARNINGS is read at start-up; a command that sets it where the server has none gets its
 # filters applied by the stdlib's own parser before the command runs.
-CLI_RUNTIME_PREFIXES = ("MARL_", "RAY_", "PYTEST_")
+CLI_RUNTIME_PREFIXES = ("MARL_", "RAY_", "PYTEST_", "TORCHINDUCTOR_")  # inductor sets its own
 
 _CLI_CHILD = """
 import atexit, io, os, sys, traceback
