@@ -6,8 +6,6 @@ remote traceback; the CLI and the Ray runtime unwrap it to the original exceptio
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import traceback
 from pathlib import Path
 
@@ -54,27 +52,21 @@ def test_the_cli_prints_the_cause_in_one_line(capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().err == f"error: {MESSAGE}\n"
 
 
-def _train(tmp_path: Path, *extra: str) -> list[str]:
+def _train(marl_cli, tmp_path: Path, *extra: str) -> list[str]:
     """``marl train`` with an lr that overflows the weights; the lines it printed as errors."""
-    marl = Path(sys.executable).with_name("marl")
-    completed = subprocess.run(
-        [
-            str(marl),
-            "train",
-            "model=tiny",
-            "algo.lr=1e39",
-            "algo.beta=0.01",
-            "algo.max_nonfinite_updates=1",
-            "train.steps=2",
-            "train.seeds_per_step=1",
-            "train.group_size=2",
-            "sampling.max_new_tokens=4",
-            "logging.progress=false",
-            f"hydra.run.dir={tmp_path}",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
+    completed = marl_cli(
+        "train",
+        "model=tiny",
+        "algo.lr=1e39",
+        "algo.beta=0.01",
+        "algo.max_nonfinite_updates=1",
+        "train.steps=2",
+        "train.seeds_per_step=1",
+        "train.group_size=2",
+        "sampling.max_new_tokens=4",
+        "logging.progress=false",
+        f"hydra.run.dir={tmp_path}",
+        *extra,
         timeout=600,
     )
     assert completed.returncode == 2, completed.stderr[-3000:]
@@ -85,9 +77,12 @@ def _train(tmp_path: Path, *extra: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.subprocess
-def test_a_nonfinite_stop_under_ray_prints_the_same_line_as_without(tmp_path: Path) -> None:
-    local = _train(tmp_path / "local")
+def test_a_nonfinite_stop_under_ray_prints_the_same_line_as_without(
+    marl_cli, tmp_path: Path
+) -> None:
+    local = _train(marl_cli, tmp_path / "local")
     on_ray = _train(
+        marl_cli,
         tmp_path / "ray",
         "ray=local",
         "ray.num_cpus=2",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -74,7 +73,9 @@ def cluster_run(address: str, *overrides: str):
         )
 
 
-def test_the_cluster_preset_fails_at_once_on_a_two_cpu_head(head_node: str, tmp_path) -> None:
+def test_the_cluster_preset_fails_at_once_on_a_two_cpu_head(
+    marl_cli, head_node: str, tmp_path
+) -> None:
     start = time.monotonic()
     with pytest.raises(RunError) as err:
         train(cluster_run(head_node), run_dir=tmp_path / "too-big")
@@ -86,17 +87,14 @@ def test_the_cluster_preset_fails_at_once_on_a_two_cpu_head(head_node: str, tmp_
     assert not ray.is_initialized(), "the failed run disconnected its driver"
 
     # the overrides the message suggests fit the same head node, and train a step there. As a
-    # user would: `marl train` in a fresh process (in this one, the Ray sessions of earlier
+    # user would: `marl train` in a process of its own (in this one, the Ray sessions of earlier
     # test modules leave driver state behind that made the new worker actor get cancelled)
     suggested = re.search(r"this would fit: (.*)$", message).group(1).split()
     assert "ray.learner_num_cpus=1" in suggested, message
     run_dir = tmp_path / "fits"
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("marl")), "train", *CLUSTER_OVERRIDES,
-            f"ray.address={head_node}", *suggested, f"hydra.run.dir={run_dir}",
-        ],
-        capture_output=True, text=True, timeout=300,
+    proc = marl_cli(
+        "train", *CLUSTER_OVERRIDES, f"ray.address={head_node}", *suggested,
+        f"hydra.run.dir={run_dir}", timeout=300,
         env={**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,12 +30,8 @@ ENV = {
 }
 
 
-def marl(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).with_name("marl")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
-    done = subprocess.run(
-        [*command, *args], capture_output=True, text=True, timeout=900, cwd=cwd, env=ENV
-    )
+def marl(marl_cli, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    done = marl_cli(*args, timeout=900, cwd=cwd, env=ENV)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
@@ -50,11 +45,12 @@ def two_nodes(tmp_path_factory, start_ray_head, start_ray_node, fresh_ray) -> It
 
 
 def test_a_sweep_on_two_nodes_uses_both_and_matches_the_serial_runs(
-    two_nodes: str, tmp_path: Path, curves
+    marl_cli, two_nodes: str, tmp_path: Path, curves
 ) -> None:
     seeds = "seed=0,1,2,3"
     cluster = tmp_path / "cluster"
     done = marl(
+        marl_cli,
         tmp_path,
         "train",
         "-m",
@@ -69,7 +65,7 @@ def test_a_sweep_on_two_nodes_uses_both_and_matches_the_serial_runs(
     where = [json.loads((cluster / j / "sweep_job.json").read_text())["node"] for j in "0123"]
     assert set(where) == nodes and len(nodes) == 2, where  # every job on a node, both used
     serial = tmp_path / "serial"  # jobs 0 and 1 again, one after another
-    marl(tmp_path, "train", "-m", *COMMON, "seed=0,1", f"hydra.sweep.dir={serial}")
+    marl(marl_cli, tmp_path, "train", "-m", *COMMON, "seed=0,1", f"hydra.sweep.dir={serial}")
     for job in "01":
         assert curves(cluster / job) == curves(serial / job), f"job {job} differs"
 

@@ -47,15 +47,10 @@ def marl_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", **extra}
 
 
-def sweep(cwd: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [*marl_command(), "train", "-m", *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=cwd,
-        env=marl_env(**env),
-    )
+def sweep(
+    marl_cli, cwd: Path, *args: str, check: bool = True, **env: str
+) -> subprocess.CompletedProcess:
+    done = marl_cli("train", "-m", *args, timeout=900, cwd=cwd, env=marl_env(**env))
     if check:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
@@ -79,19 +74,21 @@ def record(job: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def serial(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def serial(marl_cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 2 of the same jobs through Hydra's basic launcher, one after another, one
     thread each (jobs 0 and 1 of both sweeps are the same runs)."""
     root = tmp_path_factory.mktemp("serial") / "sweep"
-    sweep(root.parent, *COMMON, "seed=0,1", f"hydra.sweep.dir={root}")
+    sweep(marl_cli, root.parent, *COMMON, "seed=0,1", f"hydra.sweep.dir={root}")
     return root
 
 
 @pytest.fixture(scope="module")
-def on_ray(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+def on_ray(
+    marl_cli, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess]:
     """4 jobs on a local Ray of 2 CPUs: two at a time."""
     root = tmp_path_factory.mktemp("ray") / "sweep"
-    return root, sweep(root.parent, *COMMON, SEEDS, *ray_sweep_args(root))
+    return root, sweep(marl_cli, root.parent, *COMMON, SEEDS, *ray_sweep_args(root))
 
 
 def test_a_ray_sweep_writes_what_the_basic_launcher_writes(serial: Path, on_ray, curves) -> None:
@@ -118,30 +115,26 @@ def test_the_jobs_ran_side_by_side_in_processes_of_their_own(on_ray) -> None:
     assert overlapping >= 2, spans  # two at a time on 2 CPUs: most neighbours overlap
 
 
-def test_marl_report_reads_a_ray_sweep_as_it_reads_a_serial_one(serial: Path, on_ray) -> None:
+def test_marl_report_reads_a_ray_sweep_as_it_reads_a_serial_one(
+    marl_cli, serial: Path, on_ray
+) -> None:
     """(The finals of 4 seeds and of 2 differ; the equal curves are checked above.)"""
     root, _ = on_ray
     summaries = []
     for where in (root, serial):
         out = where.parent / f"report-{where.parent.name}"
-        done = subprocess.run(
-            [*marl_command(), "report", str(where), "--out", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=marl_env(),
-        )
+        done = marl_cli("report", str(where), "--out", str(out), timeout=300, env=marl_env())
         assert done.returncode == 0, done.stderr[-2000:]
         summaries.append(json.loads((out / "summary.json").read_text())["finals"])
     assert summaries[0][0]["seeds"] == 4 and summaries[1][0]["seeds"] == 2
     assert summaries[0][0]["group"] == summaries[1][0]["group"]
 
 
-def test_a_failing_job_is_reported_and_the_others_finish(tmp_path: Path) -> None:
+def test_a_failing_job_is_reported_and_the_others_finish(marl_cli, tmp_path: Path) -> None:
     root = tmp_path / "sweep"
     missing = tmp_path / "no-such-checkpoint"
-    done = sweep(tmp_path, *COMMON, "seed=0", f"resume=null,{missing}", *ray_sweep_args(root),
-                 check=False)  # fmt: skip
+    done = sweep(marl_cli, tmp_path, *COMMON, "seed=0", f"resume=null,{missing}",
+                 *ray_sweep_args(root), check=False)  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr  # the exit status: 1 job failed
     assert record(root / "0")["status"] == "finished"
     failed = record(root / "1")
@@ -162,7 +155,9 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
 
 
-def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(tmp_path: Path) -> None:
+def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(
+    marl_cli, tmp_path: Path
+) -> None:
     root = tmp_path / "sweep"
     args = [
         *COMMON[:2],
@@ -208,7 +203,7 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(tmp_p
         j: {p: p.stat().st_mtime_ns for p in (root / j).rglob("*") if p.is_file()} for j in finished
     }
 
-    again = sweep(tmp_path, *args)
+    again = sweep(marl_cli, tmp_path, *args)
     for j in finished:
         assert f"#{j} " in again.stdout and "skipped, finished before" in again.stdout
         assert {p: p.stat().st_mtime_ns for p in (root / j).rglob("*") if p.is_file()} == (
@@ -224,7 +219,7 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(tmp_p
         assert f"seed={j}" in saved
 
 
-def test_jobs_with_in_run_ray_reserve_their_actors_and_take_turns(tmp_path: Path) -> None:
+def test_jobs_with_in_run_ray_reserve_their_actors_and_take_turns(marl_cli, tmp_path: Path) -> None:
     root = tmp_path / "sweep"
     in_run = [
         "ray=local",
@@ -233,7 +228,7 @@ def test_jobs_with_in_run_ray_reserve_their_actors_and_take_turns(tmp_path: Path
         "ray.learner_num_cpus=0.5",
         "train.steps=1",
     ]
-    done = sweep(tmp_path, *COMMON, *in_run, "seed=0,1", *ray_sweep_args(root))
+    done = sweep(marl_cli, tmp_path, *COMMON, *in_run, "seed=0,1", *ray_sweep_args(root))
     assert "each reserving 2 CPUs" in done.stdout  # 1 for the job, 0.5 learner, 0.5 worker
     spans = []
     for job in ("0", "1"):
