@@ -87,16 +87,28 @@ CLI_PRELOAD = (
     "tokenizers", "peft", "accelerate", "matplotlib", "matplotlib.pyplot",
     "torch.utils.tensorboard", "tensorboard",
 )  # fmt: skip
-# What a command may set differently from the preloading process: variables these libraries
-# read when they run, not when they are imported. Any other difference (PYTHONPATH, a cache
-# folder, an ISA variable) runs the command in a real interpreter instead.
-CLI_RUNTIME_ENV = (
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "HYDRA_FULL_ERROR", "COLUMNS", "LINES", "PATH",
-    "VIRTUAL_ENV",
+# Environment variables that the preloaded libraries or Python itself read at start-up or import
+# (Python's own, the loader's, torch's and its kernels', Hugging Face's, matplotlib's, numpy's,
+# the caches' and the locale's): a command whose value differs from the server's runs in a fresh
+# interpreter. Everything else (threads, Hydra's, Ray's, marl's, PATH, ...) is read when it is
+# used, and the forked command gets the value it asked for.
+CLI_IMPORT_ENV_PREFIXES = (
+    "PYTHON", "LD_", "TORCH_", "PYTORCH_", "CUDA", "ATEN_", "ONEDNN_", "DNNL_", "MKL_ENABLE_",
+    "MKL_DEBUG_", "KMP_", "HF_", "HUGGINGFACE", "TRANSFORMERS_", "TOKENIZERS_", "MPL", "NPY_",
+    "OPENBLAS_", "XDG_", "LC_",
 )  # fmt: skip
-# PYTHONWARNINGS is read at start-up; a command that sets it where the server has none gets its
-# filters applied by the stdlib's own parser before the command runs.
-CLI_RUNTIME_PREFIXES = ("MARL_", "RAY_", "PYTEST_", "TORCHINDUCTOR_")  # inductor sets its own
+CLI_IMPORT_ENV = ("HOME", "LANG", "LANGUAGE", "TMPDIR")
+# ...except these, read when used: the breakpoint hook (Ray's driver sets it) and the warnings
+# filters, which the child applies itself with the stdlib's own parser where the server has none.
+CLI_RUNTIME_ENV = ("PYTHONBREAKPOINT", "PYTHONWARNINGS")
+
+
+def read_at_import(key: str) -> bool:
+    """Whether a start-up or import reads the environment variable ``key``."""
+    if key in CLI_RUNTIME_ENV:
+        return False
+    return key in CLI_IMPORT_ENV or key.startswith(CLI_IMPORT_ENV_PREFIXES)
+
 
 _CLI_CHILD = """
 import atexit, io, os, sys, traceback
@@ -146,9 +158,9 @@ class MarlCli:
     of importing torch and transformers again; everything else is as the console script has it:
     a process of its own, the script's ``sys.argv`` and ``sys.path``, the caller's working
     directory and environment, fds 0-2 of its own, exit handlers run. Where the environment
-    differs from the server's in a variable that is read at import (:data:`CLI_RUNTIME_ENV`
-    lists those that are not), the command runs in a fresh interpreter instead. Tests of what
-    a fresh interpreter imports, of signals or of streaming output start the script themselves.
+    differs from the server's in a variable read at start-up or import (:func:`read_at_import`),
+    the command runs in a fresh interpreter instead. Tests of what a fresh interpreter imports,
+    of signals or of streaming output start the script themselves.
     """
 
     def __init__(self, scratch: Path) -> None:
@@ -159,23 +171,20 @@ class MarlCli:
         self.calls = 0
         self.context = multiprocessing.get_context("forkserver")
         self.context.set_forkserver_preload(list(CLI_PRELOAD))
-        self.server_env = dict(os.environ)  # the server starts with this process's environment
+        self.server_env: dict[str, str] | None = None  # the environment the server started in
         probe = subprocess.run(
             [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-            capture_output=True, text=True, check=True, env=self.server_env,
+            capture_output=True, text=True, check=True,
         )  # fmt: skip
         self.path = [str(Path(self.script).parent), *json.loads(probe.stdout)]
 
     def forks(self, env: dict[str, str]) -> bool:
         """Whether a command with ``env`` can run forked from the server."""
-        keys = set(env) | set(self.server_env)
-        if "PYTHONWARNINGS" not in self.server_env:
-            keys.discard("PYTHONWARNINGS")
-        return all(
-            env.get(key) == self.server_env.get(key)
-            for key in keys
-            if key not in CLI_RUNTIME_ENV and not key.startswith(CLI_RUNTIME_PREFIXES)
-        )
+        server = dict(os.environ) if self.server_env is None else self.server_env
+        if "PYTHONWARNINGS" in server and env.get("PYTHONWARNINGS") != server["PYTHONWARNINGS"]:
+            return False  # the child adds filters; it cannot take the server's away
+        keys = set(env) | set(server)
+        return all(env.get(key) == server.get(key) for key in keys if read_at_import(key))
 
     def __call__(
         self,
@@ -194,6 +203,8 @@ class MarlCli:
                 input=input,
             )  # fmt: skip
         self.calls += 1
+        if self.server_env is None:  # the first command starts the server, from os.environ
+            self.server_env = dict(os.environ)
         files = self.scratch / f"call{self.calls}"
         files.mkdir(parents=True)
         stdin, stdout, stderr = (files / name for name in ("stdin", "stdout", "stderr"))

@@ -58,7 +58,11 @@ def test_an_environment_read_at_import_gets_a_fresh_interpreter(marl_cli, tmp_pa
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     (tmp_path / "sitecustomize.py").write_text("print('fresh interpreter')\n")
     assert not marl_cli.forks(env)
-    assert marl_cli.forks({**os.environ, "OMP_NUM_THREADS": "1", "MARL_X": "y"})
+    assert marl_cli.forks(
+        {**os.environ, "OMP_NUM_THREADS": "1", "MARL_X": "y", "PYTHONBREAKPOINT": "0"}
+    )
+    assert not marl_cli.forks({**os.environ, "ATEN_CPU_CAPABILITY": "avx2"})
+    assert not marl_cli.forks({**os.environ, "HOME": str(tmp_path)})
     done = marl_cli("list", cwd=tmp_path, env=env)
     assert done.returncode == 0 and done.stdout.startswith("fresh interpreter")
 
