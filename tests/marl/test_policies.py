@@ -238,7 +238,6 @@ def test_marl_play_never_starts_ray(capsys: pytest.CaptureFixture) -> None:
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_cli_reports_a_policy_mistake_without_traceback(marl_cli, tmp_path: Path) -> None:
-
     done = marl_cli(
         "train", "model=tiny", "+policies.ghost={}", f"hydra.run.dir={tmp_path}", timeout=120
     )
