@@ -104,12 +104,6 @@ def test_a_prompt_that_outgrows_the_context_mid_episode_is_refused_at_its_call()
     assert int(match.group(2).replace(",", "")) + 8 > context
 
 
-@pytest.fixture
-def marl(marl_cli):
-    """``marl <args>`` in a process of its own."""
-    return lambda *args, cwd: marl_cli(*args, cwd=cwd, timeout=300)
-
-
 def refused_in_one_line(done: subprocess.CompletedProcess) -> str:
     """The one ``error:`` line of a run refused for a reason the user can fix."""
     assert done.returncode == 2, done.stderr
@@ -124,18 +118,18 @@ def refused_in_one_line(done: subprocess.CompletedProcess) -> str:
 @pytest.mark.subprocess
 @pytest.mark.parametrize("command", ["train", "play"])
 def test_the_cli_refuses_a_scenario_whose_prompt_exceeds_the_tiny_model(
-    marl, command: str, tmp_path: Path
+    marl_cli, command: str, tmp_path: Path
 ) -> None:
     data, _ = load_document("relay-v0")
     scenario = tmp_path / "long.yaml"
     scenario.write_text(
         yaml.safe_dump({**data, "name": "long-v0", "system_prompt": LONG_PROMPT}, sort_keys=False)
     )
-    validated = marl("validate", str(scenario), cwd=tmp_path)
+    validated = marl_cli("validate", str(scenario), cwd=tmp_path, timeout=300)
     assert validated.returncode == 0, validated.stdout  # under the text limit: only the model
     run = tmp_path / "run"
     extra = ["train.steps=1", "logging.progress=false"] if command == "train" else ["agents=llm"]
-    done = marl(
+    done = marl_cli(
         command,
         "model=tiny",
         f"scenario={scenario}",
@@ -143,6 +137,7 @@ def test_the_cli_refuses_a_scenario_whose_prompt_exceeds_the_tiny_model(
         f"hydra.run.dir={run}",
         *extra,
         cwd=tmp_path,
+        timeout=300,
     )
     line = refused_in_one_line(done)
     assert re.fullmatch(
@@ -156,13 +151,14 @@ def test_the_cli_refuses_a_scenario_whose_prompt_exceeds_the_tiny_model(
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_the_cli_refuses_a_huge_reply_budget_in_one_line(marl, tmp_path: Path) -> None:
-    done = marl(
+def test_the_cli_refuses_a_huge_reply_budget_in_one_line(marl_cli, tmp_path: Path) -> None:
+    done = marl_cli(
         "train",
         "model=tiny",
         "sampling.max_new_tokens=100000000",
         f"hydra.run.dir={tmp_path / 'run'}",
         cwd=tmp_path,
+        timeout=300,
     )
     assert refused_in_one_line(done) == (
         "error: sampling.max_new_tokens: 100,000,000, over the limit of 32,768 (a reply must fit "
