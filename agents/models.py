@@ -58,6 +58,7 @@ class ModelFetchError(RuntimeError):
 
 
 MODEL_KINDS = ("tiny", "embedded", "hf")
+CPU_LINEAR_CHOICES = ("auto", "onednn", "aten")
 MODEL_DTYPES = ("auto", "float32", "bfloat16")
 
 
@@ -83,6 +84,10 @@ class ModelSpec:
     hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings: the tiny
               model's sizes (kind ``tiny`` only; positions are characters, one token each).
     seed:     the tiny model's initial weights are a pure function of this seed.
+    cpu_linear: ``auto``, ``onednn`` or ``aten``: what computes a float32 model's linear layers
+              on a CPU. ``auto`` (the default) is oneDNN on a CPU with AVX-512 (MKL, torch's own
+              choice, leaves AVX-512 unused on AMD CPUs: about 2x slower there), except for the
+              tiny test model; ``aten`` keeps torch's ``F.linear`` (:mod:`marl.agents.cpu_linear`).
 
     Field types are plain ``str`` rather than ``Literal`` because the config schema (OmegaConf)
     reads this class; the checks below name the key of a bad value.
@@ -97,11 +102,13 @@ class ModelSpec:
     intermediate_size: int = 128
     max_position_embeddings: int = 4096
     seed: int = 0
+    cpu_linear: str = "auto"
 
     def __post_init__(self) -> None:
         for key, value, choices in (
             ("kind", self.kind, MODEL_KINDS),
             ("dtype", self.dtype, MODEL_DTYPES),
+            ("cpu_linear", self.cpu_linear, CPU_LINEAR_CHOICES),
         ):
             if value not in choices:
                 raise ValueError(f"model.{key}: {value!r} is not one of {', '.join(choices)}")
@@ -196,6 +203,7 @@ def load_model(
 ) -> tuple[PreTrainedModel, Any]:
     """Build or load the model named by ``spec`` on ``device`` (None: the CPU), in the dtype
     the spec means there; returns ``(model, tokenizer)`` in eval mode."""
+    from marl.agents.cpu_linear import use_onednn_linears, wants_onednn
     from marl.agents.memory import check_model_fits
 
     dtype = spec.torch_dtype(device)
@@ -209,6 +217,8 @@ def load_model(
         model, tokenizer = _load_local(Path(str(spec.path)), dtype)
     model = model.to(device=device, dtype=dtype)
     model.eval()
+    if wants_onednn(spec.cpu_linear, spec.kind, dtype, device or "cpu"):
+        use_onednn_linears(model)
     contiguous_head_input(model)
     prepare_tokenizer(tokenizer)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

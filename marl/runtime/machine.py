@@ -116,6 +116,8 @@ class Machine:
     warning:   one line when the config's explicit dtype is slow on this device, else "".
     one_process: the run keeps its rollout and learners in this process (``ray.enabled=false``).
     workers:   rollout worker actors (Ray), and ``worker_gpus`` the GPUs each one takes.
+    linear:    what computes the model's float32 linear layers on a CPU when it is not torch's
+               ``F.linear`` (``"oneDNN"``: :mod:`marl.agents.cpu_linear`), else "".
     """
 
     gpus: int
@@ -128,6 +130,7 @@ class Machine:
     one_process: bool = True
     workers: int = 0
     worker_gpus: float = 0.0
+    linear: str = ""
 
     def line(self) -> str:
         """The one line a run prints about where it runs: the devices, where each learner
@@ -135,7 +138,8 @@ class Machine:
         placed = "; ".join(f"{', '.join(p)} on {d}" for d, p in self.learners().items())
         learners = f"learners: {placed}; " if placed else ""
         reason = f" (auto: {self.reason})" if self.reason else ""
-        return f"devices: {self._devices()}; {learners}dtype {self.dtype}{reason}"
+        linear = f"; linear layers on {self.linear}" if self.linear else ""
+        return f"devices: {self._devices()}; {learners}dtype {self.dtype}{reason}{linear}"
 
     def learners(self) -> dict[str, list[str]]:
         """Where each trainable policy's learner trains -> the policies there, sorted: in one
@@ -198,6 +202,7 @@ def fit_machine(
         }
         plan = replace(plan, policies=specs)
     name = gpu_name if gpus else ""
+    linear = "oneDNN" if _onednn_linears(config.model, chosen, device) else ""
     machine = Machine(
         gpus,
         name,
@@ -209,8 +214,18 @@ def fit_machine(
         not config.ray.enabled,
         workers,
         worker_gpus,
+        linear,
     )
     return config, plan, machine
+
+
+def _onednn_linears(model: ModelSpec, dtype: str, device: str) -> bool:
+    """Whether the run's model computes its linear layers on oneDNN
+    (:mod:`marl.agents.cpu_linear`)."""
+    from marl.agents.cpu_linear import wants_onednn
+    from marl.agents.precision import torch_dtype
+
+    return wants_onednn(model.cpu_linear, model.kind, torch_dtype(dtype), device)
 
 
 def _dtype_for(model: ModelSpec, device: str) -> tuple[str, str, str]:
