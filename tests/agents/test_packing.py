@@ -157,3 +157,63 @@ def test_bad_turns_are_refused_with_a_message() -> None:
         pack_turns([[1], []], [[2], [3]])
     with pytest.raises(ValueError, match="2 prompts but 1 responses"):
         pack_turns([[1], [2]], [[3]])
+
+
+def _scored_replies(seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
+    """What an exact action scoring packs: 3 prompts of 60-80 tokens on a common system prompt,
+    each followed by 12 short reply texts (2-4 tokens, some sharing a first token)."""
+    rng = random.Random(seed)
+    system = [rng.randrange(1, 100) for _ in range(30)]
+    prompts, replies = [], []
+    for _ in range(3):
+        prompt = system + [rng.randrange(1, 100) for _ in range(rng.randrange(30, 50))]
+        for k in range(12):
+            prompts.append(prompt)
+            tail = [rng.randrange(1, 100) for _ in range(rng.randrange(1, 4))]
+            replies.append([1 + k % 4, *tail])
+    return prompts, replies
+
+
+def test_sibling_replies_share_a_chunk_and_each_query_sees_exactly_its_ancestors() -> None:
+    prompts, replies = _scored_replies()
+    layout = pack_turns(prompts, replies)
+    chunks, size = layout.chunk_queries.shape
+    assert chunks < len(prompts) // 2  # a chunk per reply would be 36 or more
+    # every (query slot, key slot) pair against the turns' paths, by brute force: the trie's
+    # nodes are numbered in creation order (the packed row's order)
+    trie: dict[tuple[int, ...], int] = {}
+    paths = []
+    for prompt, reply in zip(prompts, replies):
+        turn = [*prompt, *reply]
+        paths.append([trie.setdefault(tuple(turn[: d + 1]), len(trie)) for d in range(len(turn))])
+    tokens = layout.input_ids[0].tolist()
+    assert [prefix[-1] for prefix in trie] == tokens  # the numbering is the row's
+    ancestors = {n: set() for n in range(len(tokens))}
+    for path in paths:
+        for i, n in enumerate(path):
+            ancestors[n] = set(path[: i + 1])
+    slot_of = {s: n for n, s in enumerate(layout.node_slot.tolist())}
+    mask = layout.chunk_mask[:, 0]  # (R, C, K)
+    keys = layout.chunk_keys.tolist()
+    for r in range(chunks):
+        for i in range(size):
+            node = slot_of.get(r * size + i)
+            if node is None:  # a padded query slot: it sees something, never nothing
+                assert bool(mask[r, i].any())
+                continue
+            seen = {keys[r][j] for j in range(len(keys[r])) if mask[r, i, j]}
+            assert seen == ancestors[node]
+
+
+def test_merged_chunks_give_the_padded_forwards_logprobs_and_gradient() -> None:
+    model = _model(lora=True)
+    prompts, replies = _scored_replies(1)
+    assert pack_turns(prompts, replies).chunk_queries.shape[0] < len(prompts) // 2
+    padded = response_logprobs(model, prompts, replies)
+    packed = packed_response_logprobs(model, prompts, replies)
+    real = padded.mask.bool()
+    assert torch.allclose(packed.sampling[real], padded.sampling[real], atol=1e-5)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    grad_padded = torch.autograd.grad(padded.sampling[real].sum(), trainable)
+    grad_packed = torch.autograd.grad(packed.sampling[real].sum(), trainable)
+    assert _relative(list(grad_packed), list(grad_padded)) < 1e-5
