@@ -1,10 +1,12 @@
 """What a command costs the machine: wall time, the CPU `time` sees, and the CPU the machine spent.
 
-`/usr/bin/time` adds a child's CPU only once the child is reaped; processes that are killed
-with their parent unreaped (the Ray workers under a SIGKILLed raylet or `ray start` head) never
-count. This reads the machine's busy CPU from ``/proc/stat`` before and after as well, so a
-suite's real CPU use shows (issue 38's goal for `make test`: at least 180% on 2 cores). Run it
-on an otherwise idle machine: the machine-wide figure counts every process.
+`/usr/bin/time` adds a child's CPU only when the child's parent waits for it. Ray's raylet
+sets SIGCHLD to SIG_IGN (``SigIgn`` in ``/proc/<raylet pid>/status`` has bit 17 set), so the
+kernel reaps its worker processes itself and their CPU is added to no one's: ``time`` never
+counts a Ray worker, whoever started the raylet. This reads the machine's busy CPU from
+``/proc/stat`` before and after as well, so a suite's real CPU use shows (issue 38's goal for
+`make test`: at least 180% on 2 cores). Run it on an otherwise idle machine: the machine-wide
+figure counts every process.
 
     .venv/bin/python bench/suite_cpu.py                      # make test in this checkout
     .venv/bin/python bench/suite_cpu.py --cwd /tmp/before    # in another checkout
