@@ -44,11 +44,11 @@ def onednn_linear_available() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     try:
-        probe = torch.ones(2, 3)
-        out = torch.ops.mkldnn._linear_pointwise(probe, torch.ones(4, 3), None, "none", [None], "")
+        probe, weight = torch.ones(2, 3, device="cpu"), torch.ones(4, 3, device="cpu")
+        out = torch.ops.mkldnn._linear_pointwise(probe, weight, None, "none", [None], "")
     except (AttributeError, RuntimeError):
         return False
-    return bool(torch.equal(out, torch.full((2, 4), 3.0)))
+    return bool(torch.equal(out, torch.full((2, 4), 3.0, device="cpu")))
 
 
 def wants_onednn(choice: str, kind: str, dtype: torch.dtype, device: str | torch.device) -> bool:

@@ -229,7 +229,9 @@ def _pack(
         query_depth.append(at + [0] * pad)
     chunk_queries = _rows(queries, size)  # (R, C)
     chunk_keys = _rows([c.keys for c in chunks], width)  # (R, K), 0 on padding
-    key_real = torch.tensor([[len(c.keys)] for c in chunks], device=HOST) > torch.arange(width)
+    key_real = torch.tensor([[len(c.keys)] for c in chunks], device=HOST) > torch.arange(
+        width, device=HOST
+    )  # (R, K)
     key_depth = torch.tensor(depths, device=HOST)[chunk_keys]  # (R, K)
     longest = max(len(path) for path in paths)
     path_nodes = torch.tensor(

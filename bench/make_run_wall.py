@@ -106,7 +106,11 @@ def main() -> None:
         row("wall: here / there", med("here", "wall_s") / med("there", "wall_s"), "x",
             f"medians of {args.rounds} alternating rounds; goal <= 0.55")
     )  # fmt: skip
-    write(args.name, {"args": vars(args), "against": str(other), "runs": runs}, summary)
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=other, capture_output=True, text=True
+    ).stdout.strip()  # the other checkout as a commit: its folder names only this machine
+    settings = {**vars(args), "against": commit or other.name}
+    write(args.name, {"args": settings, "against": commit or other.name, "runs": runs}, summary)
 
 
 if __name__ == "__main__":
