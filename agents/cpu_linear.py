@@ -35,8 +35,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from marl.agents.models import CPU_LINEAR_CHOICES
-
 
 @functools.cache
 def onednn_linear_available() -> bool:
@@ -53,11 +51,8 @@ def onednn_linear_available() -> bool:
 
 def wants_onednn(choice: str, kind: str, dtype: torch.dtype, device: str | torch.device) -> bool:
     """Whether a model of ``kind`` in ``dtype`` on ``device`` computes its linear layers with
-    oneDNN under ``model.cpu_linear: choice`` (module docstring)."""
-    if choice not in CPU_LINEAR_CHOICES:
-        raise ValueError(
-            f"model.cpu_linear: {choice!r} is not one of {', '.join(CPU_LINEAR_CHOICES)}"
-        )
+    oneDNN under ``model.cpu_linear: choice`` (module docstring;
+    :class:`~marl.agents.models.ModelSpec` checks the choice)."""
     if choice == "aten" or torch.device(device).type != "cpu" or dtype != torch.float32:
         return False
     if not onednn_linear_available():
@@ -90,7 +85,7 @@ class _OneDNNLinearFunction(torch.autograd.Function):
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
             grad_x = _onednn(grad.contiguous(), weight.t(), None)  # (..., out) @ (out, in)
-        flat = grad.reshape(-1, out_features)  # (rows, out)
+        flat = grad.reshape(-1, out_features)  # (rows, out): a view
         if ctx.needs_input_grad[1]:
             grad_w = flat.t() @ x.reshape(-1, in_features)  # (out, rows) @ (rows, in)
         if ctx.has_bias and ctx.needs_input_grad[2]:

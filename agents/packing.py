@@ -212,7 +212,8 @@ def _pack(
         owned_from.append(len(path) if start < 0 else start)
 
     size, chunks = _best_chunks(paths, owned_from, chunk)
-    width = max(len(c.keys) for c in chunks)
+    keys = [c.keys(paths) for c in chunks]
+    width = max(len(k) for k in keys)
     slot = [0] * len(tokens)
     queries, query_turn, query_depth = [], [], []
     for r, c in enumerate(chunks):
@@ -228,8 +229,8 @@ def _pack(
         query_turn.append(turns + [c.pieces[0][0]] * pad)
         query_depth.append(at + [0] * pad)
     chunk_queries = _rows(queries, size)  # (R, C)
-    chunk_keys = _rows([c.keys for c in chunks], width)  # (R, K), 0 on padding
-    key_real = torch.tensor([[len(c.keys)] for c in chunks], device=HOST) > torch.arange(
+    chunk_keys = _rows(keys, width)  # (R, K), 0 on padding
+    key_real = torch.tensor([[len(k)] for k in keys], device=HOST) > torch.arange(
         width, device=HOST
     )  # (R, K)
     key_depth = torch.tensor(depths, device=HOST)[chunk_keys]  # (R, K)
@@ -286,14 +287,28 @@ def _rows(rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
 
 @dataclass
 class _Chunk:
-    """One query chunk being cut: its pieces (turn, first index, end) of owned path nodes,
-    the nodes its queries attend to (an ancestor-closed set: ``seen``, when merging), and
-    how many queries it holds."""
+    """One query chunk: its pieces ``(turn, first index, end)`` of owned path nodes. Its keys
+    are the first piece's path prefix, then the nodes of the pieces after it (each of which
+    hangs below a key already there), so the key set is closed under ancestors."""
 
     pieces: list[tuple[int, int, int]]
-    keys: list[int]
-    seen: set[int] | None
+    added: set[int]  # the nodes of the pieces after the first
     queries: int
+
+    def width(self) -> int:
+        """How many keys the chunk attends to."""
+        _, a, end = self.pieces[0]
+        return end + self.queries - (end - a)
+
+    def keys(self, paths: Sequence[Sequence[int]]) -> list[int]:
+        """The nodes the chunk attends to, in order."""
+        turn, _, end = self.pieces[0]
+        return [*paths[turn][:end], *(n for t, a, e in self.pieces[1:] for n in paths[t][a:e])]
+
+    def holds(self, paths: Sequence[Sequence[int]], node: int, depth: int) -> bool:
+        """Whether ``node`` (at ``depth`` in its path) is one of the chunk's keys."""
+        turn, _, end = self.pieces[0]
+        return (depth < end and paths[turn][depth] == node) or node in self.added
 
 
 def _cut(
@@ -311,17 +326,14 @@ def _cut(
             if (
                 merge
                 and last is not None
-                and last.seen is not None
                 and last.queries + end - a <= size
-                and (a == 0 or path[a - 1] in last.seen)
+                and (a == 0 or last.holds(paths, path[a - 1], a - 1))
             ):
                 last.pieces.append((turn, a, end))
-                last.keys.extend(path[a:end])
-                last.seen.update(path[a:end])
+                last.added.update(path[a:end])
                 last.queries += end - a
             else:
-                keys = list(path[:end])
-                chunks.append(_Chunk([(turn, a, end)], keys, set(keys) if merge else None, end - a))
+                chunks.append(_Chunk([(turn, a, end)], set(), end - a))
     return chunks
 
 
@@ -330,16 +342,24 @@ def _best_chunks(
 ) -> tuple[int, list[_Chunk]]:
     """The query chunk size (``chunk``, or the best of :data:`CHUNK_SIZES`) and the chunks
     with the least work: (query slots + :data:`GATHER_COST`) x key slots, summed over the
-    chunks, each padded to the widest, with sibling pieces merged or not."""
-    best: tuple[int, int, list[_Chunk]] | None = None
+    chunks, each padded to the widest, with sibling pieces merged or not (without merging, a
+    chunk per piece and the longest owning path's keys: priced without cutting)."""
+    owning = [(len(path), len(path) - start) for path, start in zip(paths, owned_from)]
+    widest = max(length for length, owned in owning if owned)
+    best: tuple[int, int, bool] | None = None
     for size in (chunk,) if chunk else CHUNK_SIZES:
-        for merge in (False, True):
-            chunks = _cut(paths, owned_from, size, merge)
-            cost = len(chunks) * (size + GATHER_COST) * max(len(c.keys) for c in chunks)
+        pieces = sum(-(-owned // size) for _, owned in owning)
+        merged = _cut(paths, owned_from, size, merge=True)
+        for merge, rows, width in (
+            (False, pieces, widest),
+            (True, len(merged), max(c.width() for c in merged)),
+        ):
+            cost = rows * (size + GATHER_COST) * width
             if best is None or cost < best[0]:
-                best = (cost, size, chunks)
+                best = (cost, size, merge)
     assert best is not None
-    return best[1], best[2]
+    _, size, merge = best
+    return size, _cut(paths, owned_from, size, merge)
 
 
 def packed_attention(

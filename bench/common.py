@@ -36,6 +36,18 @@ def portable(value: Any) -> Any:
     return value
 
 
+def checkout_name(checkout: Path) -> str:
+    """How a result names a checkout: relative to this one when inside it, else by its commit
+    (``checkout at <sha>``), since another folder names only this machine."""
+    checkout = checkout.resolve()
+    if checkout.is_relative_to(ROOT):
+        return str(portable(checkout))
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True
+    ).stdout.strip()
+    return f"checkout at {commit or '(not a git checkout)'}"
+
+
 def busy_seconds() -> float:
     """CPU seconds the whole machine has spent busy since boot (/proc/stat: user, nice, system,
     irq, softirq, steal; guest time is inside user already). Taken before and after a command,

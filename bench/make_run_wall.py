@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import read_scalars, row, write  # noqa: E402
+from common import checkout_name, read_scalars, row, write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("rollout", "update", "eval", "listening", "influence")
@@ -106,11 +106,12 @@ def main() -> None:
         row("wall: here / there", med("here", "wall_s") / med("there", "wall_s"), "x",
             f"medians of {args.rounds} alternating rounds; goal <= 0.55")
     )  # fmt: skip
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=other, capture_output=True, text=True
-    ).stdout.strip()  # the other checkout as a commit: its folder names only this machine
-    settings = {**vars(args), "against": commit or other.name}
-    write(args.name, {"args": settings, "against": commit or other.name, "runs": runs}, summary)
+    against = checkout_name(other)
+    write(
+        args.name,
+        {"args": {**vars(args), "against": against}, "against": against, "runs": runs},
+        summary,
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, busy_seconds, portable, row, write  # noqa: E402
+from common import busy_seconds, checkout_name, row, write  # noqa: E402
 
 
 def main() -> None:
@@ -40,16 +40,12 @@ def main() -> None:
     wall = time.perf_counter() - began
     machine_cpu = busy_seconds() - busy
     reaped = usage.ru_utime + usage.ru_stime
-    checkout = Path(args.cwd).resolve()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True
-    ).stdout.strip()  # another checkout by its commit: its folder names only this machine
-    where = str(portable(checkout)) if checkout.is_relative_to(ROOT) else f"checkout at {commit}"
+    where = checkout_name(Path(args.cwd))
     summary = [
         row("wall", wall, "s", " ".join(args.command)),
         row("CPU of reaped processes (time(1))", reaped, "s", f"{100 * reaped / wall:.0f}%"),
         row("CPU of the whole machine", machine_cpu, "s", f"{100 * machine_cpu / wall:.0f}%"),
-        row("exit status", os.waitstatus_to_exitcode(status), "", str(where)),
+        row("exit status", os.waitstatus_to_exitcode(status), "", where),
     ]
     write(
         args.name,

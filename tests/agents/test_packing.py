@@ -21,17 +21,33 @@ from marl.agents.packing import (
 )
 
 
+def _grouped(
+    rng: random.Random,
+    system: int,
+    groups: int,
+    own: tuple[int, int],
+    replies: int,
+    reply: tuple[int, int],
+    lead: bool = False,
+) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """A ``system``-token prompt, then ``groups`` prompts on it (each with ``own`` = (lo, hi)
+    more tokens), each followed by ``replies`` replies of (lo, hi) random tokens; with ``lead``
+    each reply starts with one of 4 shared first tokens. Returns (system, prompts, replies)."""
+    head = [rng.randrange(1, 100) for _ in range(system)]
+    prompts, responses = [], []
+    for _ in range(groups):
+        prompt = head + [rng.randrange(1, 100) for _ in range(rng.randrange(*own))]
+        for k in range(replies):
+            tail = [rng.randrange(1, 100) for _ in range(rng.randrange(*reply))]
+            prompts.append(prompt)
+            responses.append([1 + k % 4, *tail] if lead else tail)
+    return head, prompts, responses
+
+
 def _pairs(seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
     """Prompts sharing a 20-token system prefix, each shown to 3 responses (a GRPO group), one
     prompt that is a prefix of another, a one-token prompt and an empty response."""
-    rng = random.Random(seed)
-    system = [rng.randrange(1, 100) for _ in range(20)]
-    prompts, responses = [], []
-    for _ in range(4):
-        prompt = system + [rng.randrange(1, 100) for _ in range(rng.randrange(3, 30))]
-        for _ in range(3):
-            prompts.append(prompt)
-            responses.append([rng.randrange(1, 100) for _ in range(rng.randrange(1, 12))])
+    system, prompts, responses = _grouped(random.Random(seed), 20, 4, (3, 30), 3, (1, 12))
     prompts += [system[:5], prompts[0][:-2], [7], prompts[3]]
     responses += [[4, 5, 6], [9], [8, 9], []]
     return prompts, responses
@@ -162,15 +178,7 @@ def test_bad_turns_are_refused_with_a_message() -> None:
 def _scored_replies(seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
     """What an exact action scoring packs: 3 prompts of 60-80 tokens on a common system prompt,
     each followed by 12 short reply texts (2-4 tokens, some sharing a first token)."""
-    rng = random.Random(seed)
-    system = [rng.randrange(1, 100) for _ in range(30)]
-    prompts, replies = [], []
-    for _ in range(3):
-        prompt = system + [rng.randrange(1, 100) for _ in range(rng.randrange(30, 50))]
-        for k in range(12):
-            prompts.append(prompt)
-            tail = [rng.randrange(1, 100) for _ in range(rng.randrange(1, 4))]
-            replies.append([1 + k % 4, *tail])
+    _, prompts, replies = _grouped(random.Random(seed), 30, 3, (30, 50), 12, (1, 4), lead=True)
     return prompts, replies
 
 
