@@ -8,8 +8,11 @@ microbatch become **one row**:
 - **A prefix tree of tokens.** Each turn is the token path ``prompt + response``. Paths are put in
   a trie, so tokens that several turns share as a prefix (the G samples of a GRPO group share
   their prompt; distinct prompts share a system prompt) are one *node*, run once. The row holds
-  every node once, in creation order (a parent before its children). No padding anywhere in the
-  linear layers, the MLPs or the norms, where nearly all of the compute is.
+  every node once, in creation order (a parent before its children), but a response's last
+  token where no path goes on below it: that node's output would predict nothing, so it is
+  never run (its token is still scored, from its parent's output). An exact action scoring's
+  texts end in such leaves: 10 of the 26 nodes of a signal candidate's spellings. No padding
+  anywhere in the linear layers, the MLPs or the norms, where nearly all of the compute is.
 - **Positions** are each node's depth in its path, so rotary embeddings see what a padded forward
   would have shown.
 - **Attention** (:func:`packed_attention`) lets a node see exactly its ancestors. Every node is
@@ -93,7 +96,9 @@ class PackedLayout:
 
 class PrefixCounter:
     """Counts the nodes of a growing token trie: :meth:`add` a turn's path, learn how many new
-    positions it costs in a packed row (all of it without ``share``)."""
+    positions it costs in a packed row (all of it without ``share``). A budget's count: the
+    row runs at most this many (it leaves out the responses' final leaves, which a growing trie
+    cannot know are final; :func:`packed_positions` counts exactly)."""
 
     def __init__(self, share: bool = True) -> None:
         self.share = share
@@ -128,12 +133,25 @@ def packed_positions(
     response_ids_list: Sequence[Sequence[int]],
     share: bool = True,
 ) -> int:
-    """How many positions :func:`pack_turns` runs for these turns (the trie's nodes, or the
-    summed lengths without ``share``): what a token budget counts."""
-    counter = PrefixCounter(share)
+    """How many positions :func:`pack_turns` runs for these turns: the trie's nodes (each
+    turn's own path without ``share``), less each response's last node below which no path goes
+    on (:func:`_drop_final_leaves`). :class:`PrefixCounter` counts those too: at most one
+    position a turn more than the row runs."""
+    root: dict[int, dict] = {}
+    nodes, ends = 0, []
     for prompt, response in zip(prompt_ids_list, response_ids_list):
-        counter.add([*prompt, *response])
-    return counter.nodes
+        path = [*prompt, *response]
+        if not share:
+            nodes += len(path) - bool(response)
+            continue
+        level = root
+        for token in path:
+            if token not in level:
+                level[token], nodes = {}, nodes + 1
+            level = level[token]
+        if response:
+            ends.append(level)
+    return nodes - len({id(end) for end in ends if not end})
 
 
 def host_to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
@@ -210,6 +228,8 @@ def _pack(
             level = children[node]
         paths.append(path)
         owned_from.append(len(path) if start < 0 else start)
+    tokens, depths, paths = _drop_final_leaves(tokens, depths, children, paths, response_ids_list)
+    owned_from = [min(start, len(path)) for start, path in zip(owned_from, paths)]
 
     size, chunks = _best_chunks(paths, owned_from, chunk)
     keys = [c.keys(paths) for c in chunks]
@@ -278,6 +298,35 @@ def _pack(
         valid=host_to_device(valid, device),
     )
     return layout, paths
+
+
+def _drop_final_leaves(
+    tokens: list[int],
+    depths: list[int],
+    children: list[dict[int, int]],
+    paths: list[list[int]],
+    responses: Sequence[Sequence[int]],
+) -> tuple[list[int], list[int], list[list[int]]]:
+    """The trie without the last node of each response below which no path goes on: its
+    output would predict nothing (its token is a target, predicted by its parent's output) and
+    no other node attends to it, so the row never runs it. The nodes are renumbered in order;
+    the paths end one node early where theirs was dropped. A prompt's last node always stays
+    (a prefill keeps its keys and values)."""
+    dropped = {
+        path[-1] for path, response in zip(paths, responses) if response and not children[path[-1]]
+    }
+    if not dropped:
+        return tokens, depths, paths
+    renumbered, kept = [-1] * len(tokens), 0
+    for node in range(len(tokens)):
+        if node not in dropped:
+            renumbered[node], kept = kept, kept + 1
+    keep = [node not in dropped for node in range(len(tokens))]
+    return (
+        [t for t, k in zip(tokens, keep) if k],
+        [d for d, k in zip(depths, keep) if k],
+        [[renumbered[n] for n in path if keep[n]] for path in paths],
+    )
 
 
 def _rows(rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:

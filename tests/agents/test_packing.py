@@ -106,10 +106,15 @@ def test_one_forward_runs_every_shared_prefix_once() -> None:
     handle.remove()
     assert len(rows) == 1 and rows[0].shape[0] == 1  # one call, one row
     trie = {tuple(p + r)[:d] for p, r in zip(prompts, responses) for d in range(1, len(p + r) + 1)}
-    assert rows[0].shape[1] == len(trie) == packed_positions(prompts, responses)
-    assert len(trie) < sum(len(p) + len(r) for p, r in zip(prompts, responses)) / 2
+    # a response's last node with nothing below it predicts nothing: never run
+    final_leaves = {tuple(p + r) for p, r in zip(prompts, responses)} - {node[:-1] for node in trie}
+    assert final_leaves  # the sampled responses end in leaves of their own
+    run = len(trie) - len(final_leaves)
+    assert rows[0].shape[1] == run == packed_positions(prompts, responses)
+    assert run < sum(len(p) + len(r) for p, r in zip(prompts, responses)) / 2
     unshared = pack_turns(prompts, responses, share=False)
-    assert unshared.nodes == sum(len(p) + len(r) for p, r in zip(prompts, responses))
+    # (a turn with no response keeps its last prompt node)
+    assert unshared.nodes == sum(len(p) + len(r) - bool(r) for p, r in zip(prompts, responses))
     assert unshared.nodes == packed_positions(prompts, responses, share=False)
 
 
@@ -126,18 +131,26 @@ def test_every_query_chunk_size_gives_the_same_logprobs(chunk: int) -> None:
 
 
 def test_the_layout_positions_are_depths_and_every_node_has_one_slot() -> None:
-    prompts, responses = [[1, 2, 3], [1, 2, 4], [1, 2, 3]], [[5, 6], [7], [5, 8]]
+    prompts, responses = [[1, 2, 3], [1, 2, 4], [1, 2, 3], [1, 2]], [[5, 6], [7], [5, 8], [3]]
     layout = pack_turns(prompts, responses, chunk=16)
-    # nodes: 1 2 3 5 6 | 4 7 | 8  (the third turn shares 1 2 3 5 with the first)
-    assert layout.input_ids.tolist() == [[1, 2, 3, 5, 6, 4, 7, 8]]
-    assert layout.position_ids.tolist() == [[0, 1, 2, 3, 4, 2, 3, 4]]
+    # the trie: 1 2 3 5 6 | 4 7 | 8 (the third turn shares 1 2 3 5 with the first, the fourth is
+    # 1 2 3 again); the final leaves 6, 7 and 8 predict nothing and are not run, while 3, the
+    # fourth turn's last response token, has nodes below it and stays
+    assert layout.input_ids.tolist() == [[1, 2, 3, 5, 4]]
+    assert layout.position_ids.tolist() == [[0, 1, 2, 3, 2]]
+    assert layout.nodes == packed_positions(prompts, responses)
     slots = layout.node_slot.tolist()
-    assert len(set(slots)) == len(slots) == 8  # each node's output has a slot of its own
-    assert layout.targets.tolist() == [[5, 6], [7, 0], [5, 8]]
-    assert layout.valid.tolist() == [[True, True], [True, False], [True, True]]
-    # the predictor of the first response token is the prompt's last node, shared by turns 0, 2
-    first = layout.predictors[layout.predictor_of[:, 0]].tolist()
-    assert first == [2, 5, 2]
+    assert len(set(slots)) == len(slots) == 5  # each node's output has a slot of its own
+    assert layout.targets.tolist() == [[5, 6], [7, 0], [5, 8], [3, 0]]
+    assert layout.valid.tolist() == [[True, True], [True, False], [True, True], [True, False]]
+    # each response token's predictor is its parent: the prompt's last node (shared by turns 0
+    # and 2), then the token before it; the dropped leaves are targets, never predictors
+    predicted_by = layout.predictors[layout.predictor_of].tolist()
+    real = [
+        [n for n, ok in zip(row, valid) if ok]
+        for row, valid in zip(predicted_by, layout.valid.tolist())
+    ]
+    assert real == [[2, 3], [4], [2, 3], [1]]
 
 
 def test_the_prefix_counter_counts_the_nodes_a_row_adds() -> None:
@@ -188,12 +201,16 @@ def test_sibling_replies_share_a_chunk_and_each_query_sees_exactly_its_ancestors
     chunks, size = layout.chunk_queries.shape
     assert chunks < len(prompts) // 2  # a chunk per reply would be 36 or more
     # every (query slot, key slot) pair against the turns' paths, by brute force: the trie's
-    # nodes are numbered in creation order (the packed row's order)
-    trie: dict[tuple[int, ...], int] = {}
-    paths = []
-    for prompt, reply in zip(prompts, replies):
-        turn = [*prompt, *reply]
-        paths.append([trie.setdefault(tuple(turn[: d + 1]), len(trie)) for d in range(len(turn))])
+    # nodes in creation order (the packed row's order), but the replies' final leaves, which
+    # predict nothing and are not run
+    turns = [(*prompt, *reply) for prompt, reply in zip(prompts, replies)]
+    prefixes = list(dict.fromkeys(turn[: d + 1] for turn in turns for d in range(len(turn))))
+    leaves = set(turns) - {prefix[:-1] for prefix in prefixes}
+    assert len(leaves) > len(turns) // 2  # most replies end in a leaf of their own
+    trie = {prefix: n for n, prefix in enumerate(p for p in prefixes if p not in leaves)}
+    paths = [
+        [trie[turn[: d + 1]] for d in range(len(turn)) if turn[: d + 1] in trie] for turn in turns
+    ]
     tokens = layout.input_ids[0].tolist()
     assert [prefix[-1] for prefix in trie] == tokens  # the numbering is the row's
     ancestors = {n: set() for n in range(len(tokens))}
