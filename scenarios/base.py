@@ -403,7 +403,10 @@ class TextScenarioEnv(ParallelEnv):
 
         What every agent sees comes first (the round, the public state, the events) and the
         agent's own part after ``You are <agent>.``: the prompts of a round then share the
-        longest prefix, which the backends prefill once for all of them."""
+        longest prefix, which the backends prefill once for all of them. Within the agent's
+        part, whom it can message and what to reply (the same in every episode) come before
+        its private information, messages and notices, so an agent's prompts also share its
+        instruction and only what differs runs again for each of them."""
         state = self._state
         rules = self.rules
         lines = [] if state.done else [f"Round {state.round + 1} of {self.spec.rounds}."]
@@ -415,6 +418,9 @@ class TextScenarioEnv(ParallelEnv):
         lines.append(f"You are {agent}.")
         if state.done:
             lines.append(f"The episode is over. Your total reward: {state.returns[agent]:.2f}.")
+        else:
+            lines.append(f"You can message: {', '.join(neighbours) if neighbours else 'nobody'}.")
+            lines.append(self._instruction(agent, neighbours))
         private = rules.private_info(agent)
         if private:
             lines.append(f"Private information: {private}")
@@ -432,9 +438,6 @@ class TextScenarioEnv(ParallelEnv):
         if state.notices[agent]:
             lines.append("Notices:")
             lines += [f"  {n}" for n in state.notices[agent][-5:]]
-        if not state.done:
-            lines.append(f"You can message: {', '.join(neighbours) if neighbours else 'nobody'}.")
-            lines.append(self._instruction(agent, neighbours))
         return "\n".join(lines)[:MAX_OBSERVATION_CHARS]
 
     def is_idle(self, agent: str) -> bool:

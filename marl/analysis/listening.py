@@ -48,7 +48,9 @@ scenarios (one per seed), with the policies held fixed (no update in between):
 
 Each value is reported as the mean over scenarios with a 95% t-interval over scenarios
 (:func:`marl.analysis.stats.mean_interval`), clipped to the measure's range (:data:`BOUNDS`:
-a probability's interval stops at 0 and 1, a divergence's at 0). A pair whose mean ``off_set``
+a probability's interval stops at 0 and 1, a divergence's at 0, and a CIC's at the mean of
+``log2`` of the scenarios' action counts, which no mutual information with the action passes:
+2 bits for signal's four candidates). A pair whose mean ``off_set``
 is above 0.5 (:data:`OFF_SET_LIMIT`) is flagged: ``eval/listening/off_set_flag`` is 1 and the
 printed line says so, since its normalised distributions then describe replies the listener
 rarely writes; across training runs, report the mean of per-run means
@@ -97,8 +99,8 @@ LISTENING_METRICS = (
 )
 NULL_REPLY = "ACTION: wait"  # a speaker's reply with no SAY line: nothing is sent
 # Each measure's range: a t-interval is clipped to it (a probability's interval never passes 1,
-# a divergence's never goes below 0). The CICs and influence have no fixed upper bound here
-# (log2 of the scenario's action count).
+# a divergence's never goes below 0). The CICs' upper bound is the scenarios' own (the mean
+# log2 of their action counts, ListeningResult.bits_ceiling); influence has none.
 BOUNDS = {
     "cic": (0.0, math.inf),
     "cic_given_target": (0.0, math.inf),
@@ -170,6 +172,7 @@ class ListeningResult:
     per_scenario: dict[str, list[float]]
     seeds: tuple[int, ...]
     counterfactuals: int
+    bits_ceiling: float = math.inf  # the mean over scenarios of log2(the listener's actions)
 
     def summary(self) -> dict[str, dict[str, float]]:
         """``{metric: {"mean", "low", "high", "n"}}`` with 95% t-intervals over scenarios,
@@ -183,6 +186,8 @@ class ListeningResult:
                 continue
             mean, low, high = mean_interval(finite)
             lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
+            if name in ("cic", "cic_given_target"):  # no MI with the action passes log2 |A|
+                hi = min(hi, self.bits_ceiling)
             if not math.isnan(low):
                 low, high = max(low, lo), min(high, hi)
             out[name] = {"mean": mean, "low": low, "high": high, "n": float(len(finite))}
@@ -348,8 +353,10 @@ def listening_per_scenario(
         return out
 
     values: dict[str, list[float]] = {name: [] for name in LISTENING_METRICS}
+    ceilings = []  # per scenario: log2 of the listener's distinct actions
     for i, sc in enumerate(scenarios):
         sent = sc.sent[0]
+        ceilings.append(math.log2(len(set(row_meaning[rows[(i, sent)]]))))
         given = functools.partial(dist, i)
         values["cic"].append(_mutual_information(sc.messages(), given))
         values["cic_given_target"].append(_mutual_information(sc.sent, given))
@@ -365,7 +372,7 @@ def listening_per_scenario(
             swapped = dist(i, donor.sent[0])
             values["swap_follow"].append(swapped.get(donor.label, 0.0))
             values["swap_success"].append(swapped.get(sc.label, 0.0))
-    return ListeningResult(values, tuple(seeds), counterfactuals)
+    return ListeningResult(values, tuple(seeds), counterfactuals, sum(ceilings) / len(ceilings))
 
 
 def _marginal(

@@ -116,6 +116,13 @@ def test_intervals_stay_in_each_measures_range_and_a_mostly_off_set_listener_is_
     nearly = ListeningResult({"success": [1.0] * 9 + [0.5], "cic": [0.0] * 9 + [0.1]}, (), 8)
     assert nearly.summary()["success"]["high"] == 1.0
     assert nearly.summary()["cic"]["low"] == 0.0
+    # a CIC at its 2 bits (four candidates) on every scenario but one: the interval stops there
+    assert heard.bits_ceiling == pytest.approx(2.0)  # log2 of signal-v1's four candidates
+    full = ListeningResult({"cic": [2.0] * 9 + [1.2]}, (), 8, heard.bits_ceiling)
+    assert full.summary()["cic"]["high"] == pytest.approx(2.0)
+    assert full.summary()["cic"]["mean"] < 2.0
+    unbounded = ListeningResult({"cic": [2.0] * 9 + [1.2]}, (), 8)
+    assert unbounded.summary()["cic"]["high"] > 2.0  # what the ceiling clips
 
 
 def test_a_silent_speaker_has_no_influence_and_the_listener_gets_chance() -> None:
