@@ -224,11 +224,14 @@ def imitation_loss(
     pad_token_id: int,
     share_prompts: bool = False,
     masks: Sequence[Sequence[int]] | None = None,
+    packed: bool = True,
 ) -> tuple[torch.Tensor, int]:
     """Mean negative log-likelihood per response token, and the number of tokens.
     ``share_prompts``: identical prompts and common prefixes run once (``algo.share_prompts``;
     the same loss and gradient, :mod:`marl.agents.logprobs`). ``masks``: per response token, 0
-    for tokens not to imitate (tool output), which also leave the count."""
+    for tokens not to imitate (tool output), which also leave the count. ``packed``: the turns
+    in one packed row where the model runs the platform's attention, as the RL update runs them
+    (:mod:`marl.agents.packing`; the same loss and gradient), else padded forwards."""
     out = response_logprobs(
         model,
         list(prompts),
@@ -237,6 +240,7 @@ def imitation_loss(
         top_p=1.0,
         pad_token_id=pad_token_id,
         share_prompts=share_prompts,
+        packed=packed,
     )
     logp, mask = out.sampling, out.mask  # (B, T), (B, T)
     mask = mask.to(logp.dtype)

@@ -350,20 +350,39 @@ def test_prefix_clusters() -> None:
     assert prefix_clusters([], 16) == []
 
 
-def test_warmup_imitation_loss_is_the_same_with_shared_prompts() -> None:
+def test_warmup_imitation_loss_is_the_same_with_shared_prompts_and_packed_rows() -> None:
+    from marl.agents.attention import runs_marl_attention, use_marl_attention
     from marl.loop.warmup import imitation_loss
 
     model, tok = load_model(ModelSpec(kind="tiny", seed=7))
+    model = use_marl_attention(model)  # as the learner's model runs (marl.runtime.learner)
+    assert runs_marl_attention(model)  # so that packed=True packs
     turns = _prefix_turns(model, tok)
     results = {}
+    rows: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
     for share in (True, False):
-        copy_ = copy.deepcopy(model)
-        loss, tokens = imitation_loss(
-            copy_, [t.prompt_ids for t in turns], [t.response_ids for t in turns], 0, share
-        )
-        loss.backward()
-        grads = [p.grad.clone() for p in copy_.parameters()]
-        results[share] = (float(loss.detach()), tokens, grads)
-    assert results[True][0] == pytest.approx(results[False][0], rel=1e-5)
-    assert results[True][1] == results[False][1]
-    assert _relative(results[True][2], results[False][2]) < 1e-5
+        for packed in (True, False):
+            copy_ = copy.deepcopy(model)
+            rows.clear()
+            loss, tokens = imitation_loss(
+                copy_,
+                [t.prompt_ids for t in turns],
+                [t.response_ids for t in turns],
+                0,
+                share,
+                packed=packed,
+            )
+            loss.backward()
+            grads = [p.grad.clone() for p in copy_.parameters()]
+            results[share, packed] = (float(loss.detach()), tokens, grads)
+            if packed:
+                assert rows == [1], rows  # one forward over one packed row
+    hook.remove()
+    padded = results[False, False]  # every turn its own padded row
+    for key, (loss, tokens, grads) in results.items():
+        assert loss == pytest.approx(padded[0], rel=1e-5), key
+        assert tokens == padded[1], key
+        assert _relative(grads, padded[2]) < 1e-5, key
