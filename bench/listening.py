@@ -230,6 +230,18 @@ def clustered(
     return {"mean": mean, "low": low, "high": high, "seeds": len(kept)}
 
 
+# Every condition's held-out scenarios have 4 candidates, so no CIC passes log2(4) = 2 bits.
+BITS_CEILING = 2.0
+
+
+def bounds(metric: str) -> tuple[float, float]:
+    """The range a measure's interval is clipped to: :data:`BOUNDS`, the CICs below 2 bits."""
+    lo, hi = BOUNDS.get(metric, (0.0, 1.0))
+    if metric in ("cic", "cic_given_target"):
+        hi = min(hi, BITS_CEILING)
+    return lo, hi
+
+
 def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     mine = [r for r in runs if r["condition"] == condition]
     if not mine:
@@ -246,10 +258,7 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["speaker_mi"] = clustered([r["speaker_mi"] for r in mine], (0.0, math.inf))
     for step in sorted({s for r in mine for s in r["listening"]}, key=int):
         out[f"listening_{step}"] = {
-            m: clustered(
-                [(r["listening"].get(step) or {}).get(m) for r in mine],
-                BOUNDS.get(m, (0.0, 1.0)),
-            )
+            m: clustered([(r["listening"].get(step) or {}).get(m) for r in mine], bounds(m))
             for m in METRICS
         }
     first, last = "0", str(steps)
@@ -275,7 +284,8 @@ def markdown(table: dict[str, Any], args: argparse.Namespace) -> str:
         f"{64} scenarios per run; listening measures: {args.listening_episodes} held-out "
         f"scenarios, K = {args.counterfactuals} speaker replies each.",
         "",
-        "Intervals are clipped to each measure's range (success in [0, 1], CIC >= 0). Each run "
+        "Intervals are clipped to each measure's range (success in [0, 1], CIC in [0, 2] bits: "
+        "log2 of the 4 candidates). Each run "
         "is measured on its own held-out scenarios. An off-set above "
         f"{OFF_SET_LIMIT} (the listener mostly writes none of the scored texts) is flagged `!`: "
         "its normalised measures then describe replies it rarely writes.",
@@ -396,7 +406,16 @@ def main() -> None:
     parser.add_argument("--eval-seed", type=int, default=0)
     parser.add_argument("--no-train", action="store_true", help="measure the runs there only")
     parser.add_argument("--no-crossplay", action="store_true")
+    parser.add_argument(
+        "--from-summary",
+        metavar="JSON",
+        help="tabulate the runs recorded in this summary.json again (no training, no measuring; "
+        "the cross-play is kept as it was) and write the table beside it",
+    )
     args = parser.parse_args()
+    if args.from_summary:
+        retabulate(Path(args.from_summary))
+        return
     import torch
 
     torch.set_num_threads(args.measure_threads)
@@ -430,6 +449,26 @@ def main() -> None:
     plot(out / "curves.png", runs)
     print(text)
     print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
+
+
+def retabulate(summary: Path) -> None:
+    """``--from-summary``: the table of the runs a summary.json recorded, aggregated and
+    clipped by this version (their per-run measurements unchanged), written beside it."""
+    payload = json.loads(summary.read_text())
+    runs = payload["runs"]
+    recorded = argparse.Namespace(**payload["args"])
+    conditions = list(dict.fromkeys(r["condition"] for r in runs))
+    table = {c: aggregate(runs, c) for c in conditions}
+    text = markdown(table, recorded)
+    roles = summary.parent / "crossplay_roles.md"
+    if payload.get("crossplay") and roles.is_file():
+        text += "\n\nCross-play (warmup_rl pairs and the base model):\n\n" + roles.read_text()
+    payload["table"] = table
+    payload["retabulated"] = {"by": "bench/listening.py --from-summary", "machine": machine()}
+    summary.write_text(json.dumps(json_safe(payload), indent=1))
+    (summary.parent / "table.md").write_text(text + "\n")
+    print(text)
+    print(f"wrote {summary}, {summary.parent / 'table.md'}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,12 @@ def test_intervals_stay_in_range_and_an_off_set_listener_is_flagged() -> None:
     success = table["warmup_rl"]["listening_20"]["success"]
     assert success["high"] == 1.0 and success["low"] < success["mean"] < 1.0
     assert table["warmup_rl"]["listening_20"]["cic_given_target"]["mean"] == 0.1
+    # a CIC at the 2 bits of 4 candidates in 4 seeds of 5: the interval stops at 2
+    full = [run("warmup_rl", s, 1.0, 0.1) for s in range(5)]
+    for s, r in enumerate(full):
+        r["listening"]["20"]["cic"] = 2.0 if s else 1.5
+    cic = listening.aggregate(full, "warmup_rl")["listening_20"]["cic"]
+    assert cic["high"] == 2.0 and cic["low"] < cic["mean"] < 2.0
     text = listening.markdown(table, argparse.Namespace(listening_episodes=16, counterfactuals=8))
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
     assert rows["| rl"].count(" !") == 1 and " !" not in rows["| warmup_rl"]
