@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 from torch import nn
@@ -127,6 +128,16 @@ class PrefixCounter:
         self.nodes += added
         return added
 
+    def goes_on(self, path: Sequence[int]) -> bool:
+        """Whether some path added goes on below ``path`` (itself added); never without
+        ``share``, where every path is its own."""
+        if not self.share:
+            return False
+        level = self.root
+        for token in path:
+            level = level[token]
+        return bool(level)
+
 
 def packed_positions(
     prompt_ids_list: Sequence[Sequence[int]],
@@ -137,21 +148,16 @@ def packed_positions(
     turn's own path without ``share``), less each response's last node below which no path goes
     on (:func:`_drop_final_leaves`). :class:`PrefixCounter` counts those too: at most one
     position a turn more than the row runs."""
-    root: dict[int, dict] = {}
-    nodes, ends = 0, []
-    for prompt, response in zip(prompt_ids_list, response_ids_list):
-        path = [*prompt, *response]
-        if not share:
-            nodes += len(path) - bool(response)
-            continue
-        level = root
-        for token in path:
-            if token not in level:
-                level[token], nodes = {}, nodes + 1
-            level = level[token]
-        if response:
-            ends.append(level)
-    return nodes - len({id(end) for end in ends if not end})
+    counter = PrefixCounter(share)
+    turns = [[*prompt, *response] for prompt, response in zip(prompt_ids_list, response_ids_list)]
+    for path in turns:
+        counter.add(path)
+    final = [
+        path
+        for path, response in zip(turns, response_ids_list)
+        if response and not counter.goes_on(path)
+    ]  # shared, equal turns end in one leaf; unshared, each in its own
+    return counter.nodes - (len({tuple(path) for path in final}) if share else len(final))
 
 
 def host_to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
@@ -317,11 +323,8 @@ def _drop_final_leaves(
     }
     if not dropped:
         return tokens, depths, paths
-    renumbered, kept = [-1] * len(tokens), 0
-    for node in range(len(tokens)):
-        if node not in dropped:
-            renumbered[node], kept = kept, kept + 1
     keep = [node not in dropped for node in range(len(tokens))]
+    renumbered = list(accumulate(keep, initial=0))  # a kept node's index: the kept before it
     return (
         [t for t, k in zip(tokens, keep) if k],
         [d for d, k in zip(depths, keep) if k],

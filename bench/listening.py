@@ -66,7 +66,11 @@ from common import (  # noqa: E402  (bench helpers)
     run_sweep,
 )
 
-from marl.analysis.listening import BOUNDS, LISTENING_METRICS, OFF_SET_LIMIT  # noqa: E402
+from marl.analysis.listening import (  # noqa: E402
+    LISTENING_METRICS,
+    OFF_SET_LIMIT,
+    measure_range,
+)
 from marl.analysis.stats import seed_clustered  # noqa: E402
 from marl.competition.role_eval import json_safe  # noqa: E402
 
@@ -232,14 +236,7 @@ def clustered(
 
 # Every condition's held-out scenarios have 4 candidates, so no CIC passes log2(4) = 2 bits.
 BITS_CEILING = 2.0
-
-
-def bounds(metric: str) -> tuple[float, float]:
-    """The range a measure's interval is clipped to: :data:`BOUNDS`, the CICs below 2 bits."""
-    lo, hi = BOUNDS.get(metric, (0.0, 1.0))
-    if metric in ("cic", "cic_given_target"):
-        hi = min(hi, BITS_CEILING)
-    return lo, hi
+CROSSPLAY_HEADING = "\n\nCross-play (warmup_rl pairs and the base model):\n\n"
 
 
 def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
@@ -258,7 +255,10 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["speaker_mi"] = clustered([r["speaker_mi"] for r in mine], (0.0, math.inf))
     for step in sorted({s for r in mine for s in r["listening"]}, key=int):
         out[f"listening_{step}"] = {
-            m: clustered([(r["listening"].get(step) or {}).get(m) for r in mine], bounds(m))
+            m: clustered(
+                [(r["listening"].get(step) or {}).get(m) for r in mine],
+                measure_range(m, BITS_CEILING),
+            )
             for m in METRICS
         }
     first, last = "0", str(steps)
@@ -435,8 +435,7 @@ def main() -> None:
     cells = [] if args.no_crossplay else crossplay(args, out)
     text = markdown(table, args)
     if cells:
-        text += "\n\nCross-play (warmup_rl pairs and the base model):\n\n"
-        text += (out / "crossplay_roles.md").read_text()
+        text += CROSSPLAY_HEADING + (out / "crossplay_roles.md").read_text()
     payload = {
         "args": {k: portable(v) for k, v in vars(args).items()},
         "runs": runs,
@@ -462,7 +461,7 @@ def retabulate(summary: Path) -> None:
     text = markdown(table, recorded)
     roles = summary.parent / "crossplay_roles.md"
     if payload.get("crossplay") and roles.is_file():
-        text += "\n\nCross-play (warmup_rl pairs and the base model):\n\n" + roles.read_text()
+        text += CROSSPLAY_HEADING + roles.read_text()
     payload["table"] = table
     payload["retabulated"] = {"by": "bench/listening.py --from-summary", "machine": machine()}
     summary.write_text(json.dumps(json_safe(payload), indent=1))

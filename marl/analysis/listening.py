@@ -111,6 +111,17 @@ BOUNDS = {
     "swap_success": (0.0, 1.0),
     "off_set": (0.0, 1.0),
 }
+CIC_METRICS = ("cic", "cic_given_target")
+
+
+def measure_range(name: str, bits_ceiling: float = math.inf) -> tuple[float, float]:
+    """The range a measure's interval is clipped to: :data:`BOUNDS` (unbounded for a name not
+    there), a CIC's top lowered to ``bits_ceiling``: no mutual information with the action
+    passes ``log2`` of the actions."""
+    lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
+    return (lo, min(hi, bits_ceiling)) if name in CIC_METRICS else (lo, hi)
+
+
 OFF_SET_LIMIT = 0.5
 """Above this mean off-set mass, the listener mostly writes replies that are none of the scored
 texts: its normalised distributions describe replies it rarely writes, and every measure of the
@@ -185,9 +196,7 @@ class ListeningResult:
             if not finite:
                 continue
             mean, low, high = mean_interval(finite)
-            lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
-            if name in ("cic", "cic_given_target"):  # no MI with the action passes log2 |A|
-                hi = min(hi, self.bits_ceiling)
+            lo, hi = measure_range(name, self.bits_ceiling)
             if not math.isnan(low):
                 low, high = max(low, lo), min(high, hi)
             out[name] = {"mean": mean, "low": low, "high": high, "n": float(len(finite))}
