@@ -8,6 +8,9 @@ rows (``bench/cpu_linear.py`` -> ``bench/results/cpu_linear.json``): oneDNN ran 
 MKL's rate (0.92x to 2.7x by shape). With both libraries held to AVX2 (``MKL_ENABLE_INSTRUCTIONS=
 AVX2 ONEDNN_MAX_CPU_ISA=AVX2``, simulated; ``cpu_linear_avx2.json``) the median was 1.11x, but
 oneDNN lost on 16-row matmuls (a decoding step: 0.67x to 1.0x), so ``auto`` asks for AVX-512.
+A real AVX2-only Zen 3 EPYC (family 25, model 1; not simulated; ``cpu_linear_zen3.json``) agrees:
+oneDNN ran at a median 0.865x MKL's rate, faster only on the 49,152-word output layer at 16 and
+64 rows (1.77x and 1.11x forward), a gap left unused (a rule by layer and rows).
 
 The oneDNN kernel (``torch.ops.mkldnn._linear_pointwise``) has no autograd formula: called on
 tensors that need a gradient it returns a result whose backward silently computes nothing.
