@@ -88,7 +88,6 @@ import statistics
 import sys
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -96,10 +95,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import compose, machine, read_scalars, row, write  # noqa: E402
+from synthetic_reward import synthetic_overrides  # noqa: E402
 
-from marl.scenarios.shaping import SHAPING_KINDS, register_shaping  # noqa: E402
-
-SYNTHETIC_REWARD = "bench-synthetic"
 # The demo's step without what the brief leaves out (make_run_step.py's HERE, too).
 STEP_OVERRIDES = ["warmup.steps=0", "train.eval_episodes=0"]
 NO_INFLUENCE = ["emergence.influence_every=0"]
@@ -120,21 +117,6 @@ SMOL_TOKENIZER_FILES = (
     "generation_config.json",
     "special_tokens_map.json",
 )
-
-
-if SYNTHETIC_REWARD not in SHAPING_KINDS:
-
-    @register_shaping(SYNTHETIC_REWARD)
-    def synthetic_score(turn: Any) -> float:
-        """A fixed function of the completion's text in [0, 1]: different replies score
-        differently, so a group's returns differ and GRPO updates on every step."""
-        return (zlib.crc32(turn.completion.encode()) % 1001) / 1000
-
-
-def synthetic_overrides() -> dict[str, Any]:
-    """``scenario.overrides`` that add the synthetic score to the scenario's reward."""
-    term = {"kind": SYNTHETIC_REWARD, "weight": 1.0, "until_step": 1_000_000}
-    return {"reward": {"shaping": [term]}}
 
 
 # --------------------------------------------------------------------------- device and model

@@ -1,18 +1,50 @@
 #!/usr/bin/env bash
-# The review of the GPU-shaped step (issue 37) on a lent GPU, in one call of about 7 minutes:
-# the device tests of packing, mixed adapters, decoding, microbatches and placement, then
-# bench/gpu.py with --profile (every row of docs/benchmarks.md "On one GPU", and one update's and
-# one rollout's profile beside the JSON). Here, once: ../shared/gpu/prepare.sh (writes .gpu/).
+# The review on a lent GPU, in one call of at most $LIMIT seconds (570): issue 39's sweep that
+# shares the GPU, then issue 37's GPU-shaped step, then the device tests, each with what is left.
+# 1. bench/sweep_wall.py: 8 shortened demo jobs on the Ray launcher, 1/8 of the GPU each, against
+#    one job launched serially (jobs per hour; random weights, so the synthetic reward).
+# 2. bench/gpu.py --profile: every row of docs/benchmarks.md "On one GPU", and one update's and
+#    one rollout's profile beside the JSON.
+# 3. the device tests of packing, mixed adapters, decoding, microbatches and placement.
+# Here, once: ../shared/gpu/prepare.sh (writes .gpu/), then bench/gpu_prepare_ray.sh (adds Ray).
 # There: run(command="bash bench/gpu_review.sh", carry=[".gpu"]). Results land in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source .gpu/setup.sh
+began=$SECONDS
+left() { echo $(( ${LIMIT:-570} - (SECONDS - began) )); }
+source .gpu/setup.sh || exit 1
 OUT=${OUT:-/tmp/gpu-review}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/device.txt"
-timeout 150 python3 -m pytest -p no:cacheprovider -q -m "not slow" \
-  tests/agents/test_packing.py tests/agents/test_mixed_lora.py tests/agents/test_decode_loop.py \
-  tests/marl/test_microbatches.py tests/marl/test_placement.py tests/marl/test_machine.py \
-  2>&1 | tail -30 | tee "$OUT/tests.txt"
-timeout 330 python3 bench/gpu.py --model-path /tmp/smol --profile --budget-s 240 --out "$OUT" \
-  2>&1 | tail -45 | tee "$OUT/bench.txt"
+nproc | tee -a "$OUT/device.txt"
+if [ -f .gpu/ray/ray-site.tar.xz ]; then  # bench/gpu_prepare_ray.sh's Ray, after setup.sh's site
+  mkdir -p /tmp/raysite && tar -C /tmp/raysite -xJf .gpu/ray/ray-site.tar.xz \
+    && python3 -m pip install -q --no-index --no-deps --target /tmp/raysite .gpu/ray/*.whl \
+       >/dev/null 2>&1
+  export PYTHONPATH=$PYTHONPATH:/tmp/raysite
+fi
+if ! command -v marl >/dev/null; then  # the editable install's script is not on PATH everywhere
+  mkdir -p /tmp/bin
+  printf '#!/bin/sh\nexec python3 -c "import sys; from marl.cli import main; sys.argv[0] = \\"marl\\"; sys.exit(main())" "$@"\n' > /tmp/bin/marl
+  chmod +x /tmp/bin/marl && export PATH=/tmp/bin:$PATH
+fi
+python3 -c "import ray; print('ray', ray.__version__)" 2>&1 | tail -1 | tee -a "$OUT/device.txt"
+echo "setup took $((SECONDS - began)) s" | tee -a "$OUT/device.txt"
+
+timeout 460 python3 bench/sweep_wall.py --rounds 1 --seeds 0 1 2 3 4 5 6 7 --serial-seeds 0 \
+  --synthetic-reward --timeout-s 200 --out "$OUT" --name sweep_gpu \
+  model.kind=hf model.path=/tmp/smol 2>&1 | tail -30 | tee "$OUT/sweep.txt"
+
+t=$(left)
+if [ "$t" -gt 90 ]; then
+  timeout $((t - 10)) python3 bench/gpu.py --model-path /tmp/smol --profile \
+    --budget-s $((t - 100 > 30 ? t - 100 : 30)) --out "$OUT" 2>&1 | tail -45 | tee "$OUT/bench.txt"
+fi
+t=$(left)
+if [ "$t" -gt 40 ]; then
+  timeout $((t - 5)) python3 -m pytest -p no:cacheprovider -q -m "not slow" \
+    tests/agents/test_packing.py tests/agents/test_mixed_lora.py tests/agents/test_decode_loop.py \
+    tests/marl/test_microbatches.py tests/marl/test_placement.py tests/marl/test_machine.py \
+    2>&1 | tail -30 | tee "$OUT/tests.txt"
+fi
+echo "all took $((SECONDS - began)) s" | tee -a "$OUT/device.txt"

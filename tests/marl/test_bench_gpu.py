@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import gpu  # noqa: E402  (bench/gpu.py: bench/ is not a package)
+import synthetic_reward  # noqa: E402
 
 # the tiny model on this CPU at the smallest sizes, as every end-to-end test here runs it
 TINY = [
@@ -40,7 +41,7 @@ def test_prompts_are_distinct_and_reach_their_length():
 def test_synthetic_reward_scores_texts_apart():
     from marl.scenarios.shaping import SHAPING_KINDS
 
-    score = SHAPING_KINDS[gpu.SYNTHETIC_REWARD]
+    score = SHAPING_KINDS[synthetic_reward.SYNTHETIC_REWARD]
 
     class Turn:
         def __init__(self, completion: str) -> None:
@@ -52,13 +53,34 @@ def test_synthetic_reward_scores_texts_apart():
     assert score(Turn("same")) == score(Turn("same"))
 
 
+def test_synthetic_reward_reaches_other_processes_through_sitecustomize():
+    """A sweep's jobs run in other processes: the folder site_dir() writes registers the kind
+    in any interpreter that has it on PYTHONPATH, and the command-line override composes."""
+    import os
+    import subprocess
+
+    folder = synthetic_reward.site_dir()
+    probe = (
+        "from marl.scenarios.shaping import SHAPING_KINDS; "
+        f"print({synthetic_reward.SYNTHETIC_REWARD!r} in SHAPING_KINDS)"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with_site = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                               text=True, check=True)  # fmt: skip
+    without = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             check=True)  # fmt: skip
+    assert (with_site.stdout.strip(), without.stdout.strip()) == ("True", "False")
+    composed = gpu.compose(["model.kind=tiny", synthetic_reward.OVERRIDE])
+    assert composed["scenario"]["overrides"] == synthetic_reward.synthetic_overrides()
+
+
 def test_synthetic_reward_joins_the_scenario_reward():
     import marl
 
     cfg = gpu.with_reward(gpu.compose(["model.kind=tiny"]))
     overrides = cfg["scenario"]["overrides"]
     env = marl.make(cfg["scenario"]["name"], **overrides)
-    assert [t.kind for t in env.spec.shaping] == [gpu.SYNTHETIC_REWARD]
+    assert [t.kind for t in env.spec.shaping] == [synthetic_reward.SYNTHETIC_REWARD]
     assert (env.spec.name, env.spec.rules) == ("signal-v1", "signal")  # the demo's scenario
     assert env.spec.cooperation == 1.0 and env.spec.malformed_penalty == -0.1
 
