@@ -8,7 +8,7 @@
 # 3. the device tests of packing, mixed adapters, decoding, microbatches and placement.
 # Here, once: ../shared/gpu/prepare.sh (writes .gpu/), then bench/gpu_prepare.sh (adds
 # huggingface_hub and Ray).
-# There: run(command="bash bench/gpu_review.sh", carry=[".gpu"]). Results land in $OUT.
+# There, from a checkout with .gpu/ carried beside it: bash bench/gpu_review.sh. Results land in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 began=$SECONDS
