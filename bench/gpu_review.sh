@@ -9,6 +9,8 @@
 # Here, once: ../shared/gpu/prepare.sh (writes .gpu/), then bench/gpu_prepare.sh (adds
 # huggingface_hub and Ray).
 # There, from a checkout with .gpu/ carried beside it: bash bench/gpu_review.sh. Results land in $OUT.
+# SWEEP=0 leaves out part 1; BENCH_ARGS adds arguments to bench/gpu.py (the first H200 run's
+# budget ran out before the demo and 256-episode steps: BENCH_ARGS="--skip generation" reaches them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 began=$SECONDS
@@ -39,14 +41,14 @@ timeout 60 python3 -m pytest -p no:cacheprovider -q --tb=long -rf \
   "tests/agents/test_decode_loop.py::test_cuda_graph_replays_equal_the_eager_static_loop" \
   > "$OUT/decode_test.txt" 2>&1; tail -5 "$OUT/decode_test.txt"
 
-timeout 340 python3 bench/sweep_wall.py --rounds 1 --seeds 0 1 2 3 4 5 6 7 --serial-seeds 0 \
+[ "${SWEEP:-1}" = 0 ] || timeout 340 python3 bench/sweep_wall.py --rounds 1 --seeds 0 1 2 3 4 5 6 7 --serial-seeds 0 \
   --synthetic-reward --timeout-s 150 --out "$OUT" --name sweep_gpu \
   model.kind=hf model.path=/tmp/smol 2>&1 | tail -30 | tee "$OUT/sweep.txt"
 
 t=$(left)
 if [ "$t" -gt 90 ]; then
   timeout $((t - 10)) python3 bench/gpu.py --model-path /tmp/smol --profile \
-    --budget-s $((t - 100 > 30 ? t - 100 : 30)) --out "$OUT" 2>&1 | tail -45 | tee "$OUT/bench.txt"
+    --budget-s $((t - 100 > 30 ? t - 100 : 30)) --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tail -45 | tee "$OUT/bench.txt"
 fi
 t=$(left)
 if [ "$t" -gt 40 ]; then
