@@ -71,18 +71,22 @@ def marl_command() -> str:
 
 
 def job_figures(job_dir: Path) -> dict[str, Any]:
-    """One job's last team reward, its steps and its median step and update times (None for a
-    job that did not finish: no TensorBoard curve, or fewer steps than asked)."""
+    """One job's figures from its TensorBoard events: whether it finished (it wrote its final
+    metrics), its steps, its last team reward and its median step and update times (None where
+    it logged none). A job that never wrote events has only ``finished: False``."""
     logdir = job_dir / "tensorboard"
     if not logdir.is_dir():
         return {"finished": False}
     curves = read_scalars(logdir)
-    steps = len(curves.get("team/reward", []))
-    median = lambda tag: statistics.median(curves[tag]) if curves.get(tag) else None  # noqa: E731
+
+    def median(tag: str) -> float | None:
+        return statistics.median(curves[tag]) if curves.get(tag) else None
+
+    rewards = curves.get("team/reward", [])
     return {
         "finished": "final/team/reward" in curves,
-        "steps": steps,
-        "final_team_reward": curves["team/reward"][-1] if steps else None,
+        "steps": len(rewards),
+        "final_team_reward": rewards[-1] if rewards else None,
         "step_time_s": median("perf/step_time"),
         "update_time_s": median("perf/update_time"),
     }
