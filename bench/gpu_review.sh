@@ -11,6 +11,9 @@
 # There, from a checkout with .gpu/ carried beside it: bash bench/gpu_review.sh. Results land in $OUT.
 # SWEEP=0 leaves out part 1; BENCH_ARGS adds arguments to bench/gpu.py (the first H200 run's
 # budget ran out before the demo and 256-episode steps: BENCH_ARGS="--skip generation" reaches them).
+# SWEEP_SEEDS and SWEEP_RAY (one override of the Ray side) change the sweep: its 8 jobs kept 7.6
+# of the H200 host's 16 cores busy, so SWEEP_SEEDS="$(seq -s ' ' 0 15)"
+# SWEEP_RAY=hydra.launcher.jobs_per_gpu=16 asks whether 16 jobs a GPU do better.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 began=$SECONDS
@@ -41,9 +44,12 @@ timeout 60 python3 -m pytest -p no:cacheprovider -q --tb=long -rf \
   "tests/agents/test_decode_loop.py::test_cuda_graph_replays_equal_the_eager_static_loop" \
   > "$OUT/decode_test.txt" 2>&1; tail -5 "$OUT/decode_test.txt"
 
-[ "${SWEEP:-1}" = 0 ] || timeout 340 python3 bench/sweep_wall.py --rounds 1 --seeds 0 1 2 3 4 5 6 7 --serial-seeds 0 \
-  --synthetic-reward --timeout-s 150 --out "$OUT" --name sweep_gpu \
-  model.kind=hf model.path=/tmp/smol 2>&1 | tail -30 | tee "$OUT/sweep.txt"
+# shellcheck disable=SC2086  # the seeds are a list
+[ "${SWEEP:-1}" = 0 ] || timeout 340 python3 bench/sweep_wall.py --rounds 1 \
+  --seeds ${SWEEP_SEEDS:-0 1 2 3 4 5 6 7} --serial-seeds 0 --synthetic-reward --timeout-s 150 \
+  --out "$OUT" --name sweep_gpu ${SWEEP_RAY:+--ray-override $SWEEP_RAY} \
+  model.kind=hf model.path=/tmp/smol \
+  2>&1 | tail -30 | tee "$OUT/sweep.txt"
 
 t=$(left)
 if [ "$t" -gt 90 ]; then

@@ -162,10 +162,17 @@ def main() -> None:
         help="add bench/synthetic_reward.py's reward to every job (random weights)",
     )
     p.add_argument("--timeout-s", type=float, default=3600.0, help="stop a sweep after this")
+    p.add_argument(
+        "--ray-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for the Ray side only (hydra.launcher.*); repeatable",
+    )
     p.add_argument("--out", type=Path, default=None, help="also copy the JSON to this folder")
     p.add_argument("--name", default="sweep_wall", help="bench/results/<name>.json")
     p.add_argument("extra", nargs="*", help="more overrides for every run of both sides")
-    args = p.parse_args()  # fmt: skip
+    args = p.parse_args()
     seeds = {"serial": args.serial_seeds or args.seeds, "ray": args.seeds}
     extra = list(args.extra)
     env = dict(os.environ)
@@ -175,7 +182,8 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {"serial": [], "ray": []}
     for r in range(args.rounds):
         for side in ("serial", "ray"):
-            done = one_sweep(side, seeds[side], extra, args.timeout_s, env)
+            own = args.ray_override if side == "ray" else []
+            done = one_sweep(side, seeds[side], extra + own, args.timeout_s, env)
             runs[side].append(done)
             print(
                 f"round {r + 1} {side}: {done['jobs_finished']}/{done['jobs']} jobs in "
