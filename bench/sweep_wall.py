@@ -33,6 +33,7 @@ jobs per hour then count the jobs that finished.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -145,6 +146,26 @@ def one_sweep(
     }
 
 
+def alternate_sweeps(
+    args: argparse.Namespace, seeds: dict[str, list[int]], extra: list[str], env: dict[str, str]
+) -> dict[str, list[dict[str, Any]]]:
+    """``args.rounds`` rounds of serial then Ray, each side's sweep printed as it ends."""
+    runs: dict[str, list[dict[str, Any]]] = {"serial": [], "ray": []}
+    for r in range(args.rounds):
+        for side in ("serial", "ray"):
+            own = args.ray_override if side == "ray" else []
+            done = one_sweep(side, seeds[side], extra + own, args.timeout_s, env)
+            runs[side].append(done)
+            print(
+                f"round {r + 1} {side}: {done['jobs_finished']}/{done['jobs']} jobs in "
+                f"{done['wall_s']:.0f} s wall ({done['jobs_per_hour']:.1f} jobs/h), "
+                f"{done['cpu_s']:.0f} s CPU, load {done['load_before']:.2f} -> "
+                f"{done['load_after']:.2f}" + (" TIMED OUT" if done["timed_out"] else ""),
+                flush=True,
+            )
+    return runs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rounds", type=int, default=2)
@@ -178,20 +199,11 @@ def main() -> None:
     env = dict(os.environ)
     if args.synthetic_reward:
         extra.append(OVERRIDE)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir()), env.get("PYTHONPATH")]))
-    runs: dict[str, list[dict[str, Any]]] = {"serial": [], "ray": []}
-    for r in range(args.rounds):
-        for side in ("serial", "ray"):
-            own = args.ray_override if side == "ray" else []
-            done = one_sweep(side, seeds[side], extra + own, args.timeout_s, env)
-            runs[side].append(done)
-            print(
-                f"round {r + 1} {side}: {done['jobs_finished']}/{done['jobs']} jobs in "
-                f"{done['wall_s']:.0f} s wall ({done['jobs_per_hour']:.1f} jobs/h), "
-                f"{done['cpu_s']:.0f} s CPU, load {done['load_before']:.2f} -> "
-                f"{done['load_after']:.2f}" + (" TIMED OUT" if done["timed_out"] else ""),
-                flush=True,
-            )
+    with contextlib.ExitStack() as stack:
+        if args.synthetic_reward:  # every job's process registers the reward at its start
+            folder = stack.enter_context(site_dir())
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+        runs = alternate_sweeps(args, seeds, extra, env)
 
     def med(side: str, key: str) -> float:
         return statistics.median(x[key] for x in runs[side])

@@ -10,13 +10,15 @@ weight 1.
 In this process ``import synthetic_reward`` is enough (``bench/gpu.py`` does it). For runs in
 other processes (a sweep's jobs, Ray's workers), :func:`site_dir` writes a ``sitecustomize.py``
 that imports this module at every interpreter's start-up: put its folder first on
-``PYTHONPATH`` and give :data:`OVERRIDE` on the command line.
+``PYTHONPATH`` while the runs go on, and give :data:`OVERRIDE` on the command line.
 """
 
 from __future__ import annotations
 
 import tempfile
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +46,22 @@ def synthetic_overrides() -> dict[str, Any]:
     return {"reward": {"shaping": [term]}}
 
 
-def site_dir() -> Path:
-    """A new folder holding a ``sitecustomize.py`` that registers the kind in every Python
+@contextmanager
+def site_dir() -> Iterator[Path]:
+    """A temporary folder holding a ``sitecustomize.py`` that registers the kind in every Python
     process started with the folder on ``PYTHONPATH`` (a failed import leaves the process as it
-    was: only runs that name the kind need it)."""
-    folder = Path(tempfile.mkdtemp(prefix="bench-synthetic-"))
+    was: only runs that name the kind need it); removed on leaving."""
     bench = Path(__file__).resolve().parent
-    (folder / "sitecustomize.py").write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(bench)!r})\n"
-        "try:\n"
-        "    import synthetic_reward  # noqa: F401\n"
-        "except Exception:\n"
-        "    pass\n"
-        "finally:\n"
-        f"    sys.path.remove({str(bench)!r})\n"
-    )
-    return folder
+    with tempfile.TemporaryDirectory(prefix="bench-synthetic-") as tmp:
+        folder = Path(tmp)
+        (folder / "sitecustomize.py").write_text(
+            "import sys\n"
+            f"sys.path.insert(0, {str(bench)!r})\n"
+            "try:\n"
+            "    import synthetic_reward  # noqa: F401\n"
+            "except Exception:\n"
+            "    pass\n"
+            "finally:\n"
+            f"    sys.path.remove({str(bench)!r})\n"
+        )
+        yield folder

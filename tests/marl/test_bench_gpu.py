@@ -59,14 +59,15 @@ def test_synthetic_reward_reaches_other_processes_through_sitecustomize():
     import os
     import subprocess
 
-    folder = synthetic_reward.site_dir()
     probe = (
         "from marl.scenarios.shaping import SHAPING_KINDS; "
         f"print({synthetic_reward.SYNTHETIC_REWARD!r} in SHAPING_KINDS)"
     )
-    env = {**os.environ, "PYTHONPATH": f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    with_site = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
-                               text=True, check=True)  # fmt: skip
+    with synthetic_reward.site_dir() as folder:
+        path = f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+        with_site = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                   env={**os.environ, "PYTHONPATH": path}, check=True)  # fmt: skip
+    assert not folder.exists()  # removed on leaving
     without = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                              check=True)  # fmt: skip
     assert (with_site.stdout.strip(), without.stdout.strip()) == ("True", "False")
