@@ -294,11 +294,19 @@ def save_experiment(
     print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'curves.png'}")
 
 
+def marl_command() -> list[str]:
+    """The ``marl`` command of the Python running this bench: the script beside the interpreter
+    (``.venv/bin/marl`` for ``.venv/bin/python``), else ``python -m marl.cli`` (an environment
+    where the script is not on disk, such as a GPU machine's editable install)."""
+    script = Path(sys.executable).with_name("marl")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
+
+
 def run_marl(args: Sequence[str], threads: int, what: str, log: Path | None = None) -> float:
     """``marl <args>`` in a subprocess with ``OMP_NUM_THREADS=threads``, its output kept in
     ``log`` when given; exits with the output's tail and ``what`` when it fails. Returns the
     wall time in seconds."""
-    cmd = [str(ROOT / ".venv/bin/marl"), *args]
+    cmd = [*marl_command(), *args]
     print(f"  $ marl {' '.join(args)}", flush=True)
     began = time.time()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -390,7 +398,7 @@ def run_sweep(
         cmd.append(f"hydra.launcher.max_parallel={parallel}")
     print(f"  $ marl {' '.join(cmd)}", flush=True)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([str(ROOT / ".venv/bin/marl"), *cmd], cwd=ROOT, text=True)
+    proc = subprocess.run([*marl_command(), *cmd], cwd=ROOT, text=True)
     walls = {}
     for seed in seeds:
         run = sweep_dir / f"seed{seed}"

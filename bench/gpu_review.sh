@@ -32,11 +32,6 @@ if [ -f .gpu/ray/ray-site.tar.xz ]; then  # bench/gpu_prepare.sh's Ray, after se
        >/dev/null 2>&1
   export PYTHONPATH=$PYTHONPATH:/tmp/raysite
 fi
-if ! command -v marl >/dev/null; then  # the editable install's script is not on PATH everywhere
-  mkdir -p /tmp/bin
-  printf '#!/bin/sh\nexec python3 -c "import sys; from marl.cli import main; sys.argv[0] = \\"marl\\"; sys.exit(main())" "$@"\n' > /tmp/bin/marl
-  chmod +x /tmp/bin/marl && export PATH=/tmp/bin:$PATH
-fi
 python3 -c "import ray; print('ray', ray.__version__)" 2>&1 | tail -1 | tee -a "$OUT/device.txt"
 echo "setup took $((SECONDS - began)) s" | tee -a "$OUT/device.txt"
 # the CUDA-graph decoding test first, whole (it failed on the first H200 run)

@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import busy_seconds, read_scalars, row, write  # noqa: E402
+from common import busy_seconds, marl_command, read_scalars, row, write  # noqa: E402
 from synthetic_reward import OVERRIDE, site_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,15 +60,6 @@ SHORT = [
     "logging.transcripts_every=0",
     "logging.progress=false",
 ]
-
-
-def marl_command() -> str:
-    """This checkout's ``marl``: the virtualenv's, else the one on ``PATH`` (a GPU machine)."""
-    local = ROOT / ".venv/bin/marl"
-    found = str(local) if local.exists() else shutil.which("marl")
-    if not found:
-        raise SystemExit("no marl command: run `make venv` (or source .gpu/setup.sh)")
-    return found
 
 
 def job_figures(job_dir: Path) -> dict[str, Any]:
@@ -102,7 +93,7 @@ def one_sweep(
         sweep_dir = Path(tmp) / "sweep"
         launcher = ["launcher=ray"] if side == "ray" else []
         cmd = [
-            marl_command(), "train", "-m", "--config-name", "demo",
+            *marl_command(), "train", "-m", "--config-name", "demo",
             f"seed={','.join(map(str, seeds))}", *SHORT, *extra, *launcher,
             f"hydra.sweep.dir={sweep_dir}",
         ]  # fmt: skip
@@ -197,12 +188,11 @@ def main() -> None:
     seeds = {"serial": args.serial_seeds or args.seeds, "ray": args.seeds}
     extra = list(args.extra)
     env = dict(os.environ)
-    if args.synthetic_reward:
-        extra.append(OVERRIDE)
     with contextlib.ExitStack() as stack:
         if args.synthetic_reward:  # every job's process registers the reward at its start
             folder = stack.enter_context(site_dir())
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+            extra.append(OVERRIDE)
         runs = alternate_sweeps(args, seeds, extra, env)
 
     def med(side: str, key: str) -> float:

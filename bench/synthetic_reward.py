@@ -25,11 +25,10 @@ from typing import Any
 from marl.scenarios.shaping import SHAPING_KINDS, register_shaping
 
 SYNTHETIC_REWARD = "bench-synthetic"
+TERM = {"kind": SYNTHETIC_REWARD, "weight": 1.0, "until_step": 1_000_000}
 # the same term as a Hydra command-line override (``++``: added, or replacing the demo's none)
-OVERRIDE = (
-    "++scenario.overrides.reward.shaping="
-    f"[{{kind:{SYNTHETIC_REWARD},weight:1.0,until_step:1000000}}]"
-)
+_FIELDS = ",".join(f"{key}:{value}" for key, value in TERM.items())
+OVERRIDE = f"++scenario.overrides.reward.shaping=[{{{_FIELDS}}}]"
 
 if SYNTHETIC_REWARD not in SHAPING_KINDS:
 
@@ -42,8 +41,7 @@ if SYNTHETIC_REWARD not in SHAPING_KINDS:
 
 def synthetic_overrides() -> dict[str, Any]:
     """``scenario.overrides`` that add the synthetic score to the scenario's reward."""
-    term = {"kind": SYNTHETIC_REWARD, "weight": 1.0, "until_step": 1_000_000}
-    return {"reward": {"shaping": [term]}}
+    return {"reward": {"shaping": [dict(TERM)]}}
 
 
 @contextmanager

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402  (bench helpers)
+from common import machine, marl_command  # noqa: E402  (bench helpers)
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
@@ -63,8 +63,7 @@ def free_port() -> int:
 
 def demo_sweep(root: Path) -> Path:
     """A small scripted sweep (6 runs, no model) under ``root``; returns its directory."""
-    script = Path(sys.executable).with_name("marl")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "marl.cli"]
+    command = marl_command()
     sweep = root / "public_goods_cooperation"
     subprocess.run(
         [
