@@ -13,7 +13,8 @@
 # budget ran out before the demo and 256-episode steps: BENCH_ARGS="--skip generation" reaches them).
 # SWEEP_SEEDS and SWEEP_RAY (one override of the Ray side) change the sweep: its 8 jobs kept 7.6
 # of the H200 host's 16 cores busy, so SWEEP_SEEDS="$(seq -s ' ' 0 15)"
-# SWEEP_RAY=hydra.launcher.jobs_per_gpu=16 asks whether 16 jobs a GPU do better.
+# SWEEP_RAY=hydra.launcher.jobs_per_gpu=16 asks whether 16 jobs a GPU do better. SWEEP_TIMEOUT
+# (150 s) stops each of the sweep's two sides after that long; SWEEP_NAME (sweep_gpu) names its JSON.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 began=$SECONDS
@@ -40,9 +41,10 @@ timeout 60 python3 -m pytest -p no:cacheprovider -q --tb=long -rf \
   > "$OUT/decode_test.txt" 2>&1; tail -5 "$OUT/decode_test.txt"
 
 # shellcheck disable=SC2086  # the seeds are a list
-[ "${SWEEP:-1}" = 0 ] || timeout 340 python3 bench/sweep_wall.py --rounds 1 \
-  --seeds ${SWEEP_SEEDS:-0 1 2 3 4 5 6 7} --serial-seeds 0 --synthetic-reward --timeout-s 150 \
-  --out "$OUT" --name sweep_gpu ${SWEEP_RAY:+--ray-override $SWEEP_RAY} \
+[ "${SWEEP:-1}" = 0 ] || timeout $(( ${SWEEP_TIMEOUT:-150} * 2 + 40 )) python3 bench/sweep_wall.py \
+  --rounds 1 --seeds ${SWEEP_SEEDS:-0 1 2 3 4 5 6 7} --serial-seeds 0 --synthetic-reward \
+  --timeout-s "${SWEEP_TIMEOUT:-150}" \
+  --out "$OUT" --name "${SWEEP_NAME:-sweep_gpu}" ${SWEEP_RAY:+--ray-override $SWEEP_RAY} \
   model.kind=hf model.path=/tmp/smol \
   2>&1 | tail -30 | tee "$OUT/sweep.txt"
 
