@@ -17,29 +17,33 @@ from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
 
-# (kind, pattern on the command line); the first match names the process
-KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+Kinds = tuple[tuple[str, re.Pattern[str]], ...]
+
+# (kind, pattern on the command line, NULs as spaces); the first match names the process. Ray's
+# binaries are matched by their own path at the start (a worker's arguments name the raylet's
+# socket); a Ray worker renames itself ray::IDLE, then ray::<Actor or task> when it takes one.
+KINDS: Kinds = tuple(
     (kind, re.compile(pattern))
     for kind, pattern in (
-        ("ray daemon: gcs_server", r"gcs_server"),
-        ("ray daemon: raylet", r"/raylet\b|raylet/raylet"),
-        ("ray daemon: agents and monitors", r"dashboard/agent\.py|runtime_env/agent|"
-         r"log_monitor\.py|autoscaler/_private/monitor\.py|dashboard/dashboard\.py|"
-         r"ray/_private/(log_monitor|monitor)"),
+        ("ray daemon: gcs_server", r"^\S*gcs_server\b"),
+        ("ray daemon: raylet", r"^\S*/raylet\s"),
+        ("ray daemon: agents and monitors", r"^ray::(DashboardAgent|RuntimeEnvAgent)|"
+         r"dashboard/(agent|dashboard)\.py|runtime_env/agent|log_monitor\.py|"
+         r"autoscaler/_private/monitor\.py"),
         ("ray worker: idle or starting", r"^ray::IDLE|default_worker\.py"),
         ("ray worker: task or actor", r"^ray::"),
-        ("pytest worker", r"pytest|xdist|execnet"),
-        ("marl CLI", r"marl(\.cli)?\b.*\b(train|eval|report|validate|fetch-model|play|sweep)\b|"
-         r"_CLI_CHILD|/bin/marl\b"),
+        ("the tests' marl CLI (forked from the preloaded server)", r"multiprocessing\.forkserver"),
+        ("pytest, xdist worker", r"pytest|sys\.stdin\.readline"),
+        ("marl CLI (a fresh interpreter)", r"/marl\s|-m marl\.cli\b"),
         ("python, other", r"python"),
     )
 )  # fmt: skip
 
 
-def kind_of(cmdline: str) -> str:
+def kind_of(cmdline: str, kinds: Kinds = KINDS) -> str:
     """The kind of a process from its command line (NUL-separated as in /proc, or spaced)."""
     text = cmdline.replace("\0", " ").strip()
-    for kind, pattern in KINDS:
+    for kind, pattern in kinds:
         if pattern.search(text):
             return kind
     return "other: " + (Path(text.split(" ", 1)[0]).name or "kernel or unnamed")
@@ -58,8 +62,9 @@ def _read(pid: str) -> tuple[float, str] | None:
 class ProcessSampler:
     """Samples every process's CPU in a thread of its own until :meth:`stop`."""
 
-    def __init__(self, interval: float = 0.5) -> None:
+    def __init__(self, interval: float = 0.5, kinds: Kinds = KINDS) -> None:
         self.interval = interval
+        self.kinds = kinds
         self.by_kind: dict[str, float] = defaultdict(float)
         self.processes: dict[str, int] = defaultdict(int)  # distinct pids seen, by kind
         self._last: dict[str, tuple[float, str]] = {}  # pid -> (cpu, kind)
@@ -94,7 +99,7 @@ class ProcessSampler:
             cpu, cmdline = read
             before = self._last.get(pid)
             # a Ray worker renames itself when it takes a task: keep the kind it has now
-            kind = kind_of(cmdline)
+            kind = kind_of(cmdline, self.kinds)
             if before is None:
                 # existing before the command: only its growth counts; new: all of its CPU
                 grown = 0.0 if first else cpu
