@@ -76,6 +76,8 @@ the run as final_table.json), table.md (with what each run learned) and curves.p
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 import math
 import statistics
@@ -463,6 +465,13 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
 
 
 def card_blind_facts() -> dict[str, Any]:
+    """:func:`_card_blind_facts`, worked out once per process (its grid search costs seconds:
+    the table and summary.json both show it); each caller gets its own copy."""
+    return copy.deepcopy(_card_blind_facts())
+
+
+@functools.cache
+def _card_blind_facts() -> dict[str, Any]:
     """Exact facts about *card-blind* policies (the same move probabilities whatever the card:
     one per betting history, 4 numbers), which explain where a learner that does not condition
     on its card settles. Over the 16 pure card-blind policies: the best one's chips against

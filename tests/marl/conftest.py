@@ -15,6 +15,14 @@ from pathlib import Path
 import pytest
 
 RAY = str(Path(sys.executable).with_name("ray"))
+
+# When the first driver joins, Ray's raylet prestarts idle Python workers (up to one per CPU) for
+# tasks without a runtime_env. Every actor of these tests has one (its thread variables), so none
+# of them is ever used: each session would start them for nothing (measured here: 2 idle workers,
+# about 3 CPU-s a session). Every session the tests start inherits this: the shared one, a
+# runtime's own, `ray start` heads and nodes, and the `marl train` commands' (idle workers are a
+# start-up latency of Ray's, nothing the platform's behaviour depends on).
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 HEAD_PORTS = (
     "ray-client-server-port", "dashboard-port", "dashboard-agent-listen-port",
     "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",

@@ -81,6 +81,9 @@ def test_a_nonfinite_stop_under_ray_prints_the_same_line_as_without(
     marl_cli, tmp_path: Path
 ) -> None:
     local = _train(marl_cli, tmp_path / "local")
+    # a Ray session of its own, in the command's process: `marl train ray=local` as a user runs
+    # it starts Ray and stops it again (the shared session lives in the pytest process, which a
+    # separate `marl train` process cannot join as `ray=local`)
     on_ray = _train(
         marl_cli,
         tmp_path / "ray",

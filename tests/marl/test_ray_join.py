@@ -47,7 +47,6 @@ from marl.runtime.ray_join import (  # noqa: E402
 )
 from marl.runtime.ray_runtime import can_place, suggest_fit  # noqa: E402
 
-MARL = str(Path(sys.executable).with_name("marl"))
 RAY = str(Path(sys.executable).with_name("ray"))
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
@@ -161,19 +160,18 @@ def test_an_address_where_something_else_listens_is_told_at_once() -> None:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_fifo_token_path_fails_the_cli_in_one_line_not_a_hang(tmp_path: Path) -> None:
+def test_a_fifo_token_path_fails_the_cli_in_one_line_not_a_hang(marl_cli, tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     env = {k: v for k, v in os.environ.items() if k not in AUTH_VARS}
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(fifo), "OMP_NUM_THREADS": "1"}
     run = tmp_path / "run"
-    done = subprocess.run(
-        [MARL, "train", "ray=local", "model=tiny", "train.steps=1", f"hydra.run.dir={run}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    # `marl train` in a process of its own, forked from the session's CLI server (the RAY_AUTH_*
+    # variables are read when Ray is imported, which the server has not done)
+    done = marl_cli(
+        "train", "ray=local", "model=tiny", "train.steps=1", f"hydra.run.dir={run}",
+        timeout=120, env=env,
+    )  # fmt: skip
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors == [
@@ -227,7 +225,9 @@ def test_the_refusal_finds_values_that_fit_for_every_sharing_mode(
 def auth_head(
     tmp_path_factory: pytest.TempPathFactory, start_ray_head
 ) -> Iterator[tuple[str, Path]]:
-    """(address, token file) of a 2-CPU head node started as ``ray start --head`` starts."""
+    """(address, token file) of a 2-CPU head node started as ``ray start --head`` starts. A head
+    of its own, not the shared session: token authentication on, with a HOME and token that are
+    not the user's, joined by separate ``marl train`` processes as a new user's would."""
     home = tmp_path_factory.mktemp("ray-home")
     env = {**{k: v for k, v in os.environ.items() if k not in AUTH_VARS}, "HOME": str(home)}
     # a machine where Ray has run before has a token; ray start --head then turns auth on
@@ -254,25 +254,25 @@ OVERRIDES = [
 ]
 
 
-def _train(address: str, env: dict[str, str], *extra: str, timeout: int = 600):
+def _train(marl_cli, address: str, env: dict[str, str], *extra: str, timeout: int = 600):
+    """``marl train`` joining ``address`` as a user's driver does: a process of its own (forked
+    from the CLI server, which has not imported Ray), with ``env`` and none of the caller's
+    ``RAY_AUTH_*``."""
     base = {k: v for k, v in os.environ.items() if k not in AUTH_VARS}
-    return subprocess.run(
-        [MARL, "train", *OVERRIDES, f"ray.address={address}", *extra],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**base, "OMP_NUM_THREADS": "1", **env},
-    )
+    return marl_cli(
+        "train", *OVERRIDES, f"ray.address={address}", *extra,
+        timeout=timeout, env={**base, "OMP_NUM_THREADS": "1", **env},
+    )  # fmt: skip
 
 
 @pytest.mark.ray
 @pytest.mark.subprocess
 def test_joining_without_the_token_is_one_line_that_says_what_to_set(
-    auth_head: tuple[str, Path], tmp_path: Path
+    marl_cli, auth_head: tuple[str, Path], tmp_path: Path
 ) -> None:
     address, _ = auth_head
     start = time.monotonic()
-    done = _train(address, {}, f"hydra.run.dir={tmp_path}", timeout=300)
+    done = _train(marl_cli, address, {}, f"hydra.run.dir={tmp_path}", timeout=300)
     elapsed = time.monotonic() - start
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
@@ -288,12 +288,14 @@ def test_joining_without_the_token_is_one_line_that_says_what_to_set(
 @pytest.mark.ray
 @pytest.mark.subprocess
 def test_with_the_documented_setting_the_suggested_values_train_a_step(
-    auth_head: tuple[str, Path], tmp_path: Path
+    marl_cli, auth_head: tuple[str, Path], tmp_path: Path
 ) -> None:
     address, token = auth_head
     assert token.is_file()
     documented = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-    refused = _train(address, documented, f"hydra.run.dir={tmp_path / 'preset'}", timeout=300)
+    refused = _train(
+        marl_cli, address, documented, f"hydra.run.dir={tmp_path / 'preset'}", timeout=300
+    )
     assert refused.returncode == 2, refused.stderr[-2000:]
     message = refused.stderr.strip().splitlines()[-1]
     assert "4 learner(s) x 4 CPU" in message and "sharing=independent" in message, message
@@ -301,7 +303,7 @@ def test_with_the_documented_setting_the_suggested_values_train_a_step(
     suggested = re.search(r"this would fit: (.*)$", message).group(1).split()
     assert suggested == ["ray.learner_num_cpus=0.25", "ray.worker_num_cpus=0.5"], message
     run_dir = tmp_path / "fits"
-    done = _train(address, documented, *suggested, f"hydra.run.dir={run_dir}")
+    done = _train(marl_cli, address, documented, *suggested, f"hydra.run.dir={run_dir}")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert (run_dir / "checkpoints" / "latest").is_file()
     assert "Traceback" not in done.stderr

@@ -36,6 +36,8 @@ def marl(marl_cli, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
+# fresh_ray: the test joins the cluster as a driver in this process (ray_nodes), which cannot
+# hold the worker's shared session at the same time
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory, start_ray_head, start_ray_node, fresh_ray) -> Iterator[str]:
     logs = tmp_path_factory.mktemp("two-nodes")

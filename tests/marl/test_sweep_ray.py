@@ -13,6 +13,11 @@ Real sweeps of the tiny model, run as a user runs them (the ``marl`` command in 
 - jobs with in-run Ray actors reserve them with the job, so two such jobs on two CPUs take turns
   instead of deadlocking.
 
+The sweeps whose point is the local Ray the sweep starts (its 2 CPUs decide what runs at once)
+start one; the failing job's and Ctrl-C's sweeps only need *a* Ray, and join this xdist worker's
+shared session (tests/marl/conftest.py) as a sweep joins a cluster (``hydra.launcher.address``):
+starting a Ray costs about 10 CPU-seconds of daemons.
+
 tests/marl/test_sweep_cluster.py runs a sweep on a two-node cluster.
 """
 
@@ -57,7 +62,21 @@ def sweep(
 
 
 def ray_sweep_args(root: Path, *args: str) -> list[str]:
+    """A sweep on a local Ray of 2 CPUs that the sweep starts (and stops)."""
     return ["launcher=ray", "hydra.launcher.num_cpus=2", *args, f"hydra.sweep.dir={root}"]
+
+
+def joined_sweep_args(address: str, root: Path, *args: str) -> list[str]:
+    """A sweep that joins the Ray at ``address`` and leaves it running."""
+    return ["launcher=ray", f"hydra.launcher.address={address}", *args, f"hydra.sweep.dir={root}"]
+
+
+@pytest.fixture(scope="module")
+def shared_address(shared_ray: None) -> str:
+    """The address of this xdist worker's shared Ray session, for a sweep to join."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address
 
 
 def files(run: Path) -> set[str]:
@@ -86,7 +105,9 @@ def serial(marl_cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def on_ray(
     marl_cli, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, subprocess.CompletedProcess]:
-    """4 jobs on a local Ray of 2 CPUs: two at a time."""
+    """4 jobs on a local Ray of 2 CPUs: two at a time. A Ray of its own, started by the sweep:
+    that is what these tests check (the user's default), and its 2 CPUs are what make the jobs
+    run two at a time (the shared session has 8)."""
     root = tmp_path_factory.mktemp("ray") / "sweep"
     return root, sweep(marl_cli, root.parent, *COMMON, SEEDS, *ray_sweep_args(root))
 
@@ -130,11 +151,13 @@ def test_marl_report_reads_a_ray_sweep_as_it_reads_a_serial_one(
     assert summaries[0][0]["group"] == summaries[1][0]["group"]
 
 
-def test_a_failing_job_is_reported_and_the_others_finish(marl_cli, tmp_path: Path) -> None:
+def test_a_failing_job_is_reported_and_the_others_finish(
+    marl_cli, shared_address: str, tmp_path: Path
+) -> None:
     root = tmp_path / "sweep"
     missing = tmp_path / "no-such-checkpoint"
     done = sweep(marl_cli, tmp_path, *COMMON, "seed=0", f"resume=null,{missing}",
-                 *ray_sweep_args(root), check=False)  # fmt: skip
+                 *joined_sweep_args(shared_address, root), check=False)  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr  # the exit status: 1 job failed
     assert record(root / "0")["status"] == "finished"
     failed = record(root / "1")
@@ -156,8 +179,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(
-    marl_cli, tmp_path: Path
+    marl_cli, shared_address: str, tmp_path: Path
 ) -> None:
+    """Four jobs, one at a time: #0 and #1 finish, #2 is stopped after a checkpoint, #3 never
+    starts; the relaunch skips #0 and #1, resumes #2 and trains #3. Both launches join the
+    shared Ray (Ctrl-C must then kill the jobs itself: nothing stops the cluster)."""
     root = tmp_path / "sweep"
     args = [
         *COMMON[:2],
@@ -165,7 +191,7 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(
         "train.checkpoint_every=1",
         "logging.progress=false",
         SEEDS,
-        *ray_sweep_args(root, "hydra.launcher.max_parallel=1"),
+        *joined_sweep_args(shared_address, root, "hydra.launcher.max_parallel=1"),
     ]
     launcher = subprocess.Popen(
         [*marl_command(), "train", "-m", *args],
@@ -185,6 +211,7 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(
         time.sleep(0.2)
         finished = [j for j in "0123" if (root / j / "sweep_job.json").exists()
                     and record(root / j)["status"] == "finished"]  # fmt: skip
+    assert finished == ["0", "1"], finished  # one at a time
     first = root / "2" / "checkpoints" / "step_000001" / "manifest.json"
     while not first.is_file():  # the third job has a checkpoint, and 3 steps to go
         assert launcher.poll() is None and time.monotonic() < deadline, "job 2 never saved"
@@ -193,8 +220,11 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(
     out, err = launcher.communicate(timeout=120)
     assert launcher.returncode == 130, out + err
     assert "interrupted" in err
+    assert not (root / "3").exists(), "job 3 started before Ctrl-C"
     running = [record(root / j) for j in "0123" if (root / j / "sweep_job.json").exists()]
-    pids = [r["pid"] for r in running if r["status"] == "running"]
+    # job 2's: "running", or "failed" when the cancel reached it before its process was killed
+    pids = [r["pid"] for r in running if r["status"] != "finished"]
+    assert pids, running
     stop = time.monotonic() + 30
     while any(_alive(p) for p in pids) and time.monotonic() < stop:
         time.sleep(0.2)
@@ -220,6 +250,8 @@ def test_ctrl_c_stops_the_sweep_and_a_relaunch_trains_only_what_is_missing(
 
 
 def test_jobs_with_in_run_ray_reserve_their_actors_and_take_turns(marl_cli, tmp_path: Path) -> None:
+    """A local Ray of its own: its 2 CPUs are what make the jobs take turns (the shared
+    session has 8, which would hold both at once)."""
     root = tmp_path / "sweep"
     in_run = [
         "ray=local",
