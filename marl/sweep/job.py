@@ -6,7 +6,10 @@ launcher), and returns a :class:`JobOutcome` of plain data. The process's output
 Python's and the libraries') goes to ``<job dir>/output.log``; the job's record
 (:mod:`marl.sweep.job_dirs`) says ``running`` while it runs and ``finished`` or ``failed`` after.
 A job that exits (``marl``'s user errors exit 2 after printing ``error: ...``) is a failure whose
-last error line is the one it printed.
+last error line is the one it printed. A job stopped from outside is recorded ``interrupted``, not
+failed (its last printed line is no error of its own): by Ctrl-C (``marl`` exits 130), or by Ray
+(the launcher's cancel on Ctrl-C, a node shutting down: Ray's SIGTERM handler raises a
+``SystemExit`` that carries ``ray_terminate_msg``).
 """
 
 from __future__ import annotations
@@ -23,9 +26,20 @@ from typing import Any
 
 from marl.sweep.job_dirs import write_record
 
-__all__ = ["JobOutcome", "JobSpec", "OUTPUT_LOG", "last_error_line", "run_sweep_job"]
+__all__ = [
+    "JobExit",
+    "JobOutcome",
+    "JobSpec",
+    "OUTPUT_LOG",
+    "exits_as_errors",
+    "last_error_line",
+    "run_sweep_job",
+    "was_interrupted",
+]
 
 OUTPUT_LOG = "output.log"
+INTERRUPTED_STATUS = 130  # what ``marl`` exits with on Ctrl-C (marl.cli)
+INTERRUPTED_ERROR = "interrupted: the sweep was stopped; launching it again resumes this job"
 
 
 @dataclass
@@ -44,7 +58,8 @@ class JobSpec:
 
 @dataclass
 class JobOutcome:
-    """How a job ended, as plain data: ``status`` is ``finished`` or ``failed``."""
+    """How a job ended, as plain data: ``status`` is ``finished``, ``failed`` or
+    ``interrupted``."""
 
     num: int
     status: str
@@ -57,7 +72,24 @@ class JobOutcome:
 
 
 class JobExit(RuntimeError):
-    """The job's task called ``sys.exit`` (a user error it already reported)."""
+    """The job's task called ``sys.exit`` (a user error it already reported), or Ray made it
+    exit (``stopped_by``: Ray's message, such as "The process receives a SIGTERM.")."""
+
+    def __init__(self, code: object, stopped_by: str | None = None) -> None:
+        super().__init__(f"the job exited with status {code}")
+        self.code = code
+        self.stopped_by = stopped_by
+
+
+def was_interrupted(value: object) -> bool:
+    """Whether a job's task ended because it was stopped from outside (Ctrl-C, Ray's cancel or
+    shutdown), not by a fault of its own."""
+    if isinstance(value, JobExit):
+        return value.code == INTERRUPTED_STATUS or value.stopped_by is not None
+    return (
+        isinstance(value, KeyboardInterrupt)
+        or getattr(value, "ray_terminate_msg", None) is not None
+    )
 
 
 def last_error_line(log: Path, fallback: str = "") -> str:
@@ -88,14 +120,17 @@ def _plain_metrics(value: Any) -> dict[str, float]:
     return out
 
 
-def _exits_as_errors(task: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def exits_as_errors(task: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``task`` with ``sys.exit`` turned into :class:`JobExit` (Hydra's ``run_job`` would let a
+    ``SystemExit`` end the worker); an exit with status 0 is a finished job."""
+
     def run(cfg: Any) -> Any:
         try:
             return task(cfg)
         except SystemExit as exc:
             if exc.code in (0, None):
                 return None
-            raise JobExit(f"the job exited with status {exc.code}") from None
+            raise JobExit(exc.code, getattr(exc, "ray_terminate_msg", None)) from None
 
     return run
 
@@ -132,11 +167,11 @@ def run_sweep_job(spec: JobSpec) -> JobOutcome:
     setup_globals()
     Singleton.set_state(spec.singleton_state)
     HydraConfig.instance().set_config(spec.sweep_config)
-    error = ""
+    error, stopped = "", False
     try:
         ret = run_job(
             hydra_context=spec.hydra_context,
-            task_function=_exits_as_errors(spec.task_function),
+            task_function=exits_as_errors(spec.task_function),
             config=spec.sweep_config,
             job_dir_key="hydra.sweep.dir",
             job_subdir_key="hydra.sweep.subdir",
@@ -145,7 +180,11 @@ def run_sweep_job(spec: JobSpec) -> JobOutcome:
         value = ret._return_value
         sys.stdout.flush()
         sys.stderr.flush()  # the job's "error: ..." line is in the log before it is read
-        if failed:
+        stopped = failed and was_interrupted(value)
+        if stopped:
+            error = INTERRUPTED_ERROR
+            ret._return_value = RuntimeError(error)
+        elif failed:
             text = f"{type(value).__name__}: {value}"
             if not isinstance(value, JobExit):
                 traceback.print_exception(type(value), value, value.__traceback__)
@@ -154,14 +193,17 @@ def run_sweep_job(spec: JobSpec) -> JobOutcome:
         else:
             ret._return_value = _plain_metrics(value) or None
     except BaseException as exc:  # noqa: BLE001 - Hydra's own set-up failed: report, never hang
-        traceback.print_exc()
-        ret, failed = None, True
-        error = f"{type(exc).__name__}: {exc}"
+        ret, failed, stopped = None, True, was_interrupted(exc)
+        if stopped:
+            error = INTERRUPTED_ERROR
+        else:
+            traceback.print_exc()
+            error = f"{type(exc).__name__}: {exc}"
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
     wall = time.time() - started
     metrics = {} if failed or ret is None else dict(ret._return_value or {})
-    status = "failed" if failed else "finished"
+    status = "interrupted" if stopped else "failed" if failed else "finished"
     write_record(job_dir, status=status, started=started, wall_s=wall, error=error, **base)
     return JobOutcome(spec.num, status, wall, error, metrics, node, os.getpid(), ret)

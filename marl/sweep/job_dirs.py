@@ -12,8 +12,9 @@ Re-launching a sweep (same command, same ``hydra.sweep.dir``) looks at each job'
   ``.hydra/overrides.yaml``): the job is not run, and the launcher says why. Nothing is
   overwritten.
 
-The record, ``sweep_job.json``, says ``running``, ``finished`` or ``failed``, with the
-overrides, the wall time and, for a failure, the last error line.
+The record, ``sweep_job.json``, says ``running``, ``finished``, ``failed`` or ``interrupted``
+(stopped from outside: :mod:`marl.sweep.job`), with the overrides, the wall time and, for a
+failure, the last error line.
 """
 
 from __future__ import annotations

@@ -6,15 +6,16 @@ These need no Ray: :mod:`tests.marl.test_sweep_ray` runs real sweeps."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 from hydra import compose, initialize_config_module
 
-from marl.cli import launcher_args, register_scenario_options
+from marl.cli import _guarded, launcher_args, register_scenario_options
 from marl.sweep.demand import job_demand, refusal
-from marl.sweep.job import last_error_line
+from marl.sweep.job import JobExit, exits_as_errors, last_error_line, was_interrupted
 from marl.sweep.job_dirs import RECORD, job_state, read_record, set_aside, write_record
 from marl.sweep.settings import LauncherSettings
 
@@ -166,6 +167,43 @@ def test_the_last_error_line_is_the_one_the_job_printed(tmp_path: Path) -> None:
     assert last_error_line(log) == "ValueError: bad"
     assert last_error_line(log, "RuntimeError: x") == "RuntimeError: x"
     assert last_error_line(tmp_path / "missing.log", "fallback") == "fallback"
+
+
+def _ends_with(error: BaseException | Callable[[], None] | None) -> BaseException | None:
+    """What a sweep job's task (marl's train, wrapped as the launcher wraps it) raises when the
+    run raises ``error`` (or calls it); None when it returns."""
+
+    def run() -> None:
+        if callable(error):
+            error()
+        elif error is not None:
+            raise error
+
+    try:
+        exits_as_errors(lambda _cfg: _guarded(run))(None)
+    except Exception as exc:  # noqa: BLE001 - Hydra's run_job catches Exception alike
+        return exc
+    return None
+
+
+def test_a_job_stopped_by_ctrl_c_is_interrupted_and_a_user_error_is_a_failure() -> None:
+    from marl.errors import RunError
+
+    stopped = _ends_with(KeyboardInterrupt())
+    assert isinstance(stopped, JobExit) and stopped.code == 130 and was_interrupted(stopped)
+    failed = _ends_with(RunError("bad"))
+    assert isinstance(failed, JobExit) and failed.code == 2 and not was_interrupted(failed)
+    assert not was_interrupted(_ends_with(ValueError("a crash")))
+    # what a job sees when Ray stops it (the launcher's cancel on Ctrl-C, a node shutting down):
+    # Ray's worker raises this from its SIGTERM handler, a plain exit status 1
+    from ray._raylet import raise_sys_exit_with_custom_error_message as ray_exit
+
+    killed = _ends_with(lambda: ray_exit("The process receives a SIGTERM.", exit_code=1))
+    assert isinstance(killed, JobExit) and killed.code == 1 and was_interrupted(killed)
+    assert killed.stopped_by == "The process receives a SIGTERM."
+    assert not was_interrupted(_ends_with(SystemExit(1)))  # the job's own exit status 1
+    assert _ends_with(None) is None
+    assert was_interrupted(KeyboardInterrupt())  # raised where Hydra's own set-up runs
 
 
 @pytest.mark.parametrize(
