@@ -28,6 +28,10 @@ message, message swap: docs/emergence.md) on ``--listening-episodes`` held-out s
 before RL (the step-0 checkpoint after the warm-up, or the base model for ``rl``, measured
 once), after it, and for the code conditions also half-way; ``cut`` after RL only.
 Each measurement is cached next to its checkpoint (``listening_<step>.json``).
+``--replies N`` reads each of the listener's distributions by the scenario's parser from N of its
+sampled replies instead of scoring a list of spellings exactly, so every reply the parser accepts
+counts and the off-set is what it rejects (:mod:`marl.analysis.listening`; cached as
+``listening_<step>_replies<N>.json``): the reading for listeners that answer in their own words.
 Headline numbers are seed-clustered: the mean of per-seed values with a t-interval over seeds
 (:func:`marl.analysis.stats.seed_clustered`); before/after differences are paired by seed.
 
@@ -163,7 +167,8 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
         # no step-0 checkpoint (no warm-up): RL starts from the base model, measured for this
         # run on its own scenarios (never one measurement copied to every seed)
         base = not checkpoint.is_dir()
-        cache = where / (f"listening_base_{step}.json" if base else f"listening_{step}.json")
+        reading = f"_replies{args.replies}" if args.replies else ""
+        cache = where / f"listening_{'base_' if base else ''}{step}{reading}.json"
         if cache.is_file():
             measured[str(step)] = json.loads(cache.read_text())
             continue
@@ -178,6 +183,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
             seed=eval_seed(args.eval_seed, seed),
             sampling=sampling,
             listener_sampling=listener_sampling,
+            replies=args.replies,
         )[f"s{seed}"]
         result["checkpoint"] = spec.split("=", 1)[1]
         cache.write_text(json.dumps(json_safe(result)))
@@ -278,6 +284,24 @@ def _fmt(x: dict[str, float] | None, digits: int = 2) -> str:
     return f"{x['mean']:.{digits}f} [{x['low']:.{digits}f}, {x['high']:.{digits}f}]"
 
 
+def _reading(args: argparse.Namespace) -> str:
+    """How the table's listener distributions were read (summaries written before
+    ``--replies`` existed have none: exact)."""
+    replies = getattr(args, "replies", 0)
+    if replies:
+        return (
+            f"Each listener distribution is read by the scenario's parser from {replies} replies "
+            "sampled from the listener (every reply the parser accepts counts); the off-set is the "
+            f"fraction it rejects, flagged `!` above {OFF_SET_LIMIT}. A CIC read from samples is "
+            "biased upwards by a few hundredths of a bit."
+        )
+    return (
+        "Each listener distribution is scored exactly over the accepted spellings. An off-set "
+        f"above {OFF_SET_LIMIT} (the listener mostly writes none of the scored texts) is flagged "
+        "`!`: its normalised measures then describe replies it rarely writes."
+    )
+
+
 def markdown(table: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         f"Seed-clustered means with 95% t-intervals over seeds. Held-out success: "
@@ -286,9 +310,7 @@ def markdown(table: dict[str, Any], args: argparse.Namespace) -> str:
         "",
         "Intervals are clipped to each measure's range (success in [0, 1], CIC in [0, 2] bits: "
         "log2 of the 4 candidates). Each run "
-        "is measured on its own held-out scenarios. An off-set above "
-        f"{OFF_SET_LIMIT} (the listener mostly writes none of the scored texts) is flagged `!`: "
-        "its normalised measures then describe replies it rarely writes.",
+        "is measured on its own held-out scenarios. " + _reading(args),
         "",
         "| condition | seeds | held-out success before -> after | change (paired) | "
         "CIC before -> after (bits) | CIC given target after | influence after | "
@@ -402,6 +424,13 @@ def main() -> None:
     parser.add_argument("--measure-threads", type=int, default=2, help="torch threads measuring")
     parser.add_argument("--listening-episodes", type=int, default=16)
     parser.add_argument("--counterfactuals", type=int, default=8)
+    parser.add_argument(
+        "--replies",
+        type=int,
+        default=0,
+        help="0: score each listener distribution exactly over the accepted spellings; N: read "
+        "it by the scenario's parser from N sampled replies (every accepted reply counts)",
+    )
     parser.add_argument("--crossplay-episodes", type=int, default=24)
     parser.add_argument("--eval-seed", type=int, default=0)
     parser.add_argument("--no-train", action="store_true", help="measure the runs there only")

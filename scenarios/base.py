@@ -20,7 +20,13 @@ import networkx as nx
 from pettingzoo import ParallelEnv
 
 from marl.protocols.graphs import build_graph, depends_on_seed, rewires_at
-from marl.protocols.markup import IDLE_REPLY, SAY_FORM, markup_instructions, parse_completion
+from marl.protocols.markup import (
+    IDLE_REPLY,
+    SAY_FORM,
+    ParsedCompletion,
+    markup_instructions,
+    parse_completion,
+)
 from marl.protocols.messages import Message, Violation, round_tag
 from marl.protocols.router import Router
 from marl.protocols.tools import tool_instructions
@@ -243,16 +249,9 @@ class TextScenarioEnv(ParallelEnv):
         new_notices: dict[str, list[str]] = {a: [] for a in self.possible_agents}
         deliveries: list[Message] = []
         needs = {a: rules.needs_action(a, rnd) for a in agents}
-        free = self.rules_cls.info.free_text_action
         for agent in agents:  # fixed agent order keeps the channel RNG deterministic
             completion = actions.get(agent, "")
-            result = parse_completion(completion, require_action=needs[agent] and not free)
-            if free and result.action is None:
-                result.action = result.free_text
-            elif needs[agent] and result.action is None and spec.lenient_actions:
-                # a weak model's answer in prose still counts; the missing ACTION line stays a
-                # malformed reply (penalty and counter), so the format is still learned
-                result.action = result.free_text or None
+            result = self._read_completion(completion, needs[agent])
             parsed[agent] = result
             outgoing = result.messages
             notices = new_notices[agent]
@@ -381,6 +380,29 @@ class TextScenarioEnv(ParallelEnv):
         if agent not in graph or not self.rules.can_talk(agent, self._state.round):
             return []
         return sorted(graph.successors(agent))
+
+    def _read_completion(self, completion: object, needs_action: bool) -> ParsedCompletion:
+        """An agent's completion as :meth:`step` reads it: its SAY lines, its ACTION text, and
+        the problems."""
+        free = self.rules_cls.info.free_text_action
+        result = parse_completion(completion, require_action=needs_action and not free)
+        if free and result.action is None:
+            result.action = result.free_text
+        elif needs_action and result.action is None and self.spec.lenient_actions:
+            # a weak model's answer in prose still counts; the missing ACTION line stays a
+            # malformed reply (penalty and counter), so the format is still learned
+            result.action = result.free_text or None
+        return result
+
+    def read_action(self, agent: str, completion: object) -> str | None:
+        """The action ``agent`` takes with ``completion`` at its turn now, as :meth:`step` reads
+        the reply and the rules' parser the ACTION text (:meth:`Rules.parse_action`, named as
+        :meth:`Rules.legal_actions` names it); ``None`` for a reply that picks no action. What a
+        sampled measure reads a model's reply as, whatever words it answers in."""
+        rules = self._state.rules
+        assert rules is not None, "read_action needs a reset environment"
+        text = self._read_completion(completion, needs_action=True).action
+        return rules.parse_action(agent, text) if text else None
 
     def system_prompt(self, agent: str) -> str:
         """The system prompt an LLM agent is given: scenario text, role, markup."""

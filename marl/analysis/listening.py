@@ -46,6 +46,18 @@ scenarios (one per seed), with the policies held fixed (no update in between):
      circle``: :func:`marl.scenarios.spellings.accepted_texts`), so ``off_set`` is the mass on
      malformed replies and rarer spellings: an upper bound on what the parser rejects.
 
+**Read by the parser** (``listener_replies``, ``replies`` = R): each distribution ``p(a | do(m))``
+is estimated instead from R replies sampled from the listener's own policy, each read as the
+scenario reads a reply (:meth:`marl.scenarios.base.TextScenarioEnv.read_action`: the markup, the
+lenient fallback, the rules' parser). Every reply the parser accepts is then scored, however the
+listener words it (signal's parser accepts any reply that names exactly one candidate: an
+infinite set no list of spellings covers), and ``off_set`` is the fraction the parser rejects.
+The price is sampling noise: each ``p(a | do(m))`` is a frequency out of R, and the CIC, a
+plug-in mutual information, is biased upwards by about ``(A - 1)(M - 1) / (2 N ln 2)`` bits for
+``A`` actions, ``M`` distinct messages and ``N`` = R times the messages' count (Miller 1955), so
+a listener that ignores the message reads a little above 0. A run whose exact ``off_set`` is
+flagged is read this way.
+
 Each value is reported as the mean over scenarios with a 95% t-interval over scenarios
 (:func:`marl.analysis.stats.mean_interval`), clipped to the measure's range (:data:`BOUNDS`:
 a probability's interval stops at 0 and 1, a divergence's at 0, and a CIC's at the mean of
@@ -184,6 +196,7 @@ class ListeningResult:
     seeds: tuple[int, ...]
     counterfactuals: int
     bits_ceiling: float = math.inf  # the mean over scenarios of log2(the listener's actions)
+    replies: int = 0  # 0: exact; else each distribution read by the parser from this many replies
 
     def summary(self) -> dict[str, dict[str, float]]:
         """``{metric: {"mean", "low", "high", "n"}}`` with 95% t-intervals over scenarios,
@@ -243,9 +256,10 @@ def _request(env: Any, agent: str, n: int = 1) -> Any:
 
 def _listener_turn(
     env: Any, speaker: str, listener: str, speaker_reply: str
-) -> tuple[Any, dict[str, str]]:
+) -> tuple[Any, Any, dict[str, str]]:
     """Play a copy of ``env`` (reset) with the speaker's first reply replaced by
-    ``speaker_reply`` until the listener must act: its request and legal texts."""
+    ``speaker_reply`` until the listener must act: that copy, the listener's request and its
+    legal texts."""
     from marl.protocols.markup import IDLE_REPLY
     from marl.scenarios.spellings import accepted_texts
 
@@ -261,7 +275,7 @@ def _listener_turn(
                     "rules give no legal_actions), so its distribution cannot be computed "
                     "exactly"
                 )
-            return _request(env, listener), legal
+            return env, _request(env, listener), legal
         replies = {}
         for agent in env.agents:
             if env.is_idle(agent):
@@ -282,12 +296,14 @@ def listening_per_scenario(
     env_factory: Callable[[], Any],
     seeds: Sequence[int],
     sample: Sampler,
-    score: Scorer,
+    score: Scorer | None,
     *,
     counterfactuals: int = 8,
     speaker: str | None = None,
     listener: str | None = None,
     swap_seed: int = 0,
+    listener_replies: Sampler | None = None,
+    replies: int = 32,
 ) -> ListeningResult:
     """Measure every metric of the module docstring on the scenarios of ``seeds``.
 
@@ -296,8 +312,14 @@ def listening_per_scenario(
     them from policies). ``speaker`` / ``listener``: agent names (default: the first two
     agents). ``counterfactuals``: K, the speaker's replies sampled per scenario, spread evenly
     over its possible labels (at least one each).
-    ``swap_seed`` picks the donors of the swap.
+    ``swap_seed`` picks the donors of the swap. ``listener_replies``: the listener's sampler;
+    when given, every distribution is read by the parser from ``replies`` sampled replies (the
+    module docstring) and ``score`` is not used.
     """
+    if listener_replies is None and score is None:
+        raise RunError("listening: give a scorer (exact) or the listener's sampler (parsed)")
+    if listener_replies is not None and replies < 1:
+        raise RunError(f"listening: replies must be >= 1, got {replies}")
     if counterfactuals < 1:
         raise RunError(f"listening: counterfactuals must be >= 1, got {counterfactuals}")
     if not seeds:
@@ -327,20 +349,21 @@ def listening_per_scenario(
             owners.append((sc, other))
     assert speaker is not None and listener is not None
     per_label = max(math.ceil(counterfactuals / len(labels)) for labels in label_counts)
-    for (sc, label), replies in zip(owners, sample(requests, per_label)):
+    for (sc, label), drawn in zip(owners, sample(requests, per_label)):
         if label == sc.label:
-            sc.sent = list(replies)
+            sc.sent = list(drawn)
         else:
-            sc.others[label] = list(replies)
+            sc.others[label] = list(drawn)
     _choose_donors(scenarios, speaker, listener, swap_seed)
     rows: dict[tuple[int, str], int] = {}  # (scenario, speaker reply) -> scored row
-    row_requests, row_texts, row_meaning = [], [], []
+    row_envs, row_requests, row_texts, row_meaning = [], [], [], []
 
     def add(i: int, reply: str) -> None:
         if (i, reply) in rows:
             return
-        request, legal = _listener_turn(scenarios[i].env, speaker, listener, reply)
+        env, request, legal = _listener_turn(scenarios[i].env, speaker, listener, reply)
         rows[(i, reply)] = len(row_requests)
+        row_envs.append(env)
         row_requests.append(request)
         texts = list(legal)
         row_texts.append([f"ACTION: {t}" for t in texts])
@@ -352,7 +375,13 @@ def listening_per_scenario(
         add(i, NULL_REPLY)
         if sc.donor is not None:
             add(i, scenarios[sc.donor].sent[0])
-    probs, off = score(row_requests, row_texts)
+    if listener_replies is not None:
+        probs, off = _read_replies(
+            listener_replies(row_requests, replies), row_envs, listener, row_texts, row_meaning
+        )
+    else:
+        assert score is not None
+        probs, off = score(row_requests, row_texts)
 
     def dist(i: int, reply: str) -> dict[str, float]:
         row = rows[(i, reply)]
@@ -381,7 +410,40 @@ def listening_per_scenario(
             swapped = dist(i, donor.sent[0])
             values["swap_follow"].append(swapped.get(donor.label, 0.0))
             values["swap_success"].append(swapped.get(sc.label, 0.0))
-    return ListeningResult(values, tuple(seeds), counterfactuals, sum(ceilings) / len(ceilings))
+    return ListeningResult(
+        values,
+        tuple(seeds),
+        counterfactuals,
+        sum(ceilings) / len(ceilings),
+        replies if listener_replies is not None else 0,
+    )
+
+
+def _read_replies(
+    sampled: Sequence[Sequence[str]],
+    envs: Sequence[Any],
+    listener: str,
+    texts: Sequence[Sequence[str]],
+    meanings: Sequence[Sequence[str]],
+) -> tuple[list[list[float]], list[float]]:
+    """The :data:`Scorer`'s shape, read by the parser: each row's actions in the proportions its
+    sampled replies are read as them (normalised over the replies the parser accepts, as the
+    exact scores are over the scored texts; each action's share on its first scored text;
+    uniform when it accepts none), and the fraction of replies it rejects."""
+    probs: list[list[float]] = []
+    off: list[float] = []
+    for replies, env, options, meaning in zip(sampled, envs, texts, meanings):
+        first: dict[str, int] = {}
+        for j, action in enumerate(meaning):
+            first.setdefault(action, j)
+        counts = Counter(env.read_action(listener, reply) for reply in replies)
+        accepted = sum(n for action, n in counts.items() if action in first)
+        row = [0.0] * len(options)
+        for action, j in first.items():
+            row[j] = counts[action] / accepted if accepted else 1.0 / len(first)
+        probs.append(row)
+        off.append(1.0 - accepted / len(replies) if replies else 1.0)
+    return probs, off
 
 
 def _marginal(
@@ -412,7 +474,7 @@ def _choose_donors(scenarios: Sequence[_Scenario], speaker: str, listener: str, 
     rng = random.Random(f"{seed}:listening:swap")
     meanings = []
     for sc in scenarios:
-        _, legal = _listener_turn(sc.env, speaker, listener, NULL_REPLY)
+        _, _, legal = _listener_turn(sc.env, speaker, listener, NULL_REPLY)
         meanings.append(set(legal.values()))
     for i, sc in enumerate(scenarios):
         options = [

@@ -220,12 +220,16 @@ def pair_listening(
     sampling: Any = None,
     progress: bool = False,
     listener_sampling: Any = None,
+    replies: int = 0,
 ) -> dict[str, dict[str, Any]]:
     """Each pair's exact listening measures with itself: ``{pair: {"summary": {metric:
-    {mean, low, high, n}}, "per_scenario": {metric: [...]}}}`` on ``episodes`` held-out
-    scenarios (the same for every pair), under ``sampling`` as :func:`role_crossplay`; the
-    listener scored under ``listener_sampling`` where it differs (a run whose listener samples
-    at a temperature of its own, ``policies.listener.temperature``)."""
+    {mean, low, high, n}}, "per_scenario": {metric: [...]}, "replies": R}}`` on ``episodes``
+    held-out scenarios (the same for every pair), under ``sampling`` as :func:`role_crossplay`;
+    the listener scored under ``listener_sampling`` where it differs (a run whose listener
+    samples at a temperature of its own, ``policies.listener.temperature``). ``replies`` > 0:
+    each of the listener's distributions is read by the scenario's parser from that many of
+    its sampled replies instead of scored exactly
+    (:func:`marl.analysis.listening.listening_per_scenario`); R is 0 for the exact scoring."""
     from marl.agents.backends import SamplingConfig
     from marl.analysis.listening import hf_sampler, hf_scorer, listening_per_scenario
     from marl.scenarios.registry import make
@@ -236,6 +240,7 @@ def pair_listening(
 
     seeds = held_out_seeds(f"{seed}:listening", episodes)
     out: dict[str, dict[str, Any]] = {}
+    parsed = replies > 0
     for p in _progress(pairs, progress):
         result = listening_per_scenario(
             lambda: make(scenario, **overrides),
@@ -246,11 +251,24 @@ def pair_listening(
                 sampling,
                 seed=seed,
             ),
-            hf_scorer(p.listener, sampling=listener_sampling or sampling),
+            None if parsed else hf_scorer(p.listener, sampling=listener_sampling or sampling),
             counterfactuals=counterfactuals,
             swap_seed=seed,
+            listener_replies=hf_sampler(
+                {"listener": p.listener},
+                lambda agent: "listener",
+                listener_sampling or sampling,
+                seed=seed + 1,
+            )
+            if parsed
+            else None,
+            replies=replies,
         )
-        out[p.name] = {"summary": result.summary(), "per_scenario": result.per_scenario}
+        out[p.name] = {
+            "summary": result.summary(),
+            "per_scenario": result.per_scenario,
+            "replies": result.replies,
+        }
     return out
 
 

@@ -3,6 +3,7 @@ and listeners with known answers, and the tiny model through the HF sampler and 
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import math
@@ -149,6 +150,77 @@ def test_a_speaker_that_names_half_the_time_gives_an_intermediate_cic() -> None:
     assert result.per_scenario["cic_given_target"][0] == pytest.approx(given_target)
 
 
+def own_words_listener(requests: Sequence[Any], k: int) -> list[list[str]]:
+    """Follows what it hears in its own words in 7 of every 10 replies ("ACTION: Red circle,
+    target red circle: Red circle", as an RL-alone listener writes), and in 3 names nothing;
+    picks the first candidate that way when it hears no name."""
+    out = []
+    for r in requests:
+        heard = _heard(r.observation)
+        names = _names(r.observation)
+        name = next((n for n in names if n in heard), names[0]).capitalize()
+        follow = f"ACTION: {name}, target {name.lower()}: {name}"
+        out.append([follow if j % 10 < 7 else "ACTION: I am not sure" for j in range(k)])
+    return out
+
+
+def test_read_by_the_parser_every_accepted_reply_counts_and_off_set_is_what_it_rejects() -> None:
+    from marl.scenarios.spellings import accepted_texts
+
+    env = make("signal-v1")
+    observations, _ = env.reset(seed=0)
+    name = _names(observations["listener"])[0]
+    reply = f"{name.capitalize()}, target {name}: {name.capitalize()}"
+    assert reply not in accepted_texts(env.rules, "listener")  # no list of spellings holds it
+    assert env.read_action("listener", f"ACTION: {reply}") == name  # but the parser reads it
+
+    result = measure(
+        lambda: make("signal-v1"), SEEDS[:12], naming_speaker, None,
+        listener_replies=own_words_listener, replies=20,
+    )  # fmt: skip
+    assert result.replies == 20
+    values = result.per_scenario
+    for i in range(12):
+        assert values["cic"][i] == pytest.approx(2.0)  # it follows every name it hears
+        assert values["success"][i] == pytest.approx(1.0)  # among the replies the parser reads
+        assert values["off_set"][i] == pytest.approx(0.3)  # the replies the parser rejects
+    assert result.summary()["null_success"]["mean"] < 0.6  # no name heard: the first candidate
+    assert not result.off_set_exceeded()
+
+    def mute(requests: Sequence[Any], k: int) -> list[list[str]]:
+        return [["ACTION: I am not sure"] * k for _ in requests]
+
+    silent = measure(
+        lambda: make("signal-v1"), SEEDS[:4], naming_speaker, None,
+        listener_replies=mute, replies=5,
+    )  # fmt: skip
+    assert silent.per_scenario["off_set"] == [1.0] * 4 and silent.off_set_exceeded()
+    assert silent.per_scenario["cic"] == [0.0] * 4  # nothing read: no action follows a message
+    with pytest.raises(RunError, match="replies must be >= 1"):
+        measure(lambda: make("signal-v1"), [0], naming_speaker, None,
+                listener_replies=mute, replies=0)  # fmt: skip
+    with pytest.raises(RunError, match="give a scorer"):
+        measure(lambda: make("signal-v1"), [0], naming_speaker, None)
+
+
+def test_read_action_is_what_a_step_reads() -> None:
+    env = make("signal-v1")
+    observations, _ = env.reset(seed=3)
+    names = _names(observations["listener"])
+    speaker_turn = {"speaker": f"SAY: {names[2]}\nACTION: wait", "listener": "ACTION: wait"}
+    env.step(speaker_turn)
+    for reply, expected in [
+        (f"ACTION: the {names[1].title()} I think", names[1]),
+        ("ACTION: 3", names[2]),
+        (f"ACTION: {names[0]} or {names[1]}", None),  # two names: the parser picks neither
+        ("no action line at all", None),
+    ]:
+        assert env.read_action("listener", reply) == expected, reply
+        stepped = copy.deepcopy(env)
+        stepped.step({"speaker": "ACTION: wait", "listener": reply})
+        assert stepped.rules.picked() == expected, reply
+
+
 def test_kl_in_bits() -> None:
     assert kl_bits({"a": 1.0}, {"a": 0.5, "b": 0.5}) == pytest.approx(1.0)
     assert kl_bits({"a": 0.5, "b": 0.5}, {"a": 0.5, "b": 0.5}) == 0.0
@@ -183,6 +255,17 @@ def test_the_tiny_model_is_measured_through_its_backend() -> None:
         assert all(math.isfinite(v) for v in result.per_scenario[name]), name
     assert all(0.0 <= v <= 2.0 + 1e-9 for v in result.per_scenario["cic"])
     assert all(0.0 <= v <= 1.0 for v in result.per_scenario["success"])
+    # read by the parser: the tiny model's own replies, sampled and read as a step reads them
+    replies = hf_sampler({"p": backend}, lambda agent: "p", sampling, seed=1)
+    parsed = measure(
+        lambda: make("signal-v1"), [0, 1, 2], sample, None, counterfactuals=2,
+        listener_replies=replies, replies=4,
+    )  # fmt: skip
+    assert parsed.replies == 4 and result.replies == 0
+    for name in ("cic", "influence", "success", "null_success", "off_set"):
+        assert all(math.isfinite(v) for v in parsed.per_scenario[name]), name
+    # each off_set is a count of rejected replies out of 4
+    assert all(v * 4 == pytest.approx(round(v * 4)) for v in parsed.per_scenario["off_set"])
     env = make("signal-v1")
     observations, infos = env.reset(seed=0)
     from marl.agents.generation import PromptRequest
