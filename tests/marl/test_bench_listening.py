@@ -54,3 +54,14 @@ def test_intervals_stay_in_range_and_an_off_set_listener_is_flagged() -> None:
     header = rows["| condition"].split(" | ")
     assert "CIC given target after" in header and "off-set after" in header
     assert all(line.count("|") == rows["| condition"].count("|") for line in rows.values())
+
+
+def test_the_table_says_how_the_listener_was_read() -> None:
+    table = {"rl": listening.aggregate([run("rl", s, 0.97, 0.1) for s in range(5)], "rl")}
+    exact = listening.markdown(table, argparse.Namespace(listening_episodes=16, counterfactuals=8))
+    parsed = listening.markdown(
+        table, argparse.Namespace(listening_episodes=16, counterfactuals=8, replies=16)
+    )
+    assert "scored exactly over the accepted spellings" in exact and "parser" not in exact
+    assert "read by the scenario's parser from 16 replies" in parsed
+    assert "fraction it rejects" in parsed
