@@ -124,6 +124,10 @@ BOUNDS = {
     "off_set": (0.0, 1.0),
 }
 CIC_METRICS = ("cic", "cic_given_target")
+# replies sampled per call when the listener is read by the parser: bounds the memory of one
+# generation (each sequence holds its prompt's key/value cache: about 1 GB for 128 of
+# SmolLM2-135M's in fp32; all of a measurement's rows at once took 21 GB)
+REPLIES_PER_CALL = 128
 
 
 def measure_range(name: str, bits_ceiling: float = math.inf) -> tuple[float, float]:
@@ -376,9 +380,10 @@ def listening_per_scenario(
         if sc.donor is not None:
             add(i, scenarios[sc.donor].sent[0])
     if listener_replies is not None:
-        probs, off = _read_replies(
-            listener_replies(row_requests, replies), row_envs, listener, row_texts, row_meaning
-        )
+        sampled: list[list[str]] = []
+        for start, stop in _groups([replies] * len(row_requests), REPLIES_PER_CALL):
+            sampled += listener_replies(row_requests[start:stop], replies)
+        probs, off = _read_replies(sampled, row_envs, listener, row_texts, row_meaning)
     else:
         assert score is not None
         probs, off = score(row_requests, row_texts)

@@ -174,11 +174,21 @@ def test_read_by_the_parser_every_accepted_reply_counts_and_off_set_is_what_it_r
     assert reply not in accepted_texts(env.rules, "listener")  # no list of spellings holds it
     assert env.read_action("listener", f"ACTION: {reply}") == name  # but the parser reads it
 
+    calls = []
+
+    def recorded(requests: Sequence[Any], k: int) -> list[list[str]]:
+        calls.append(len(requests) * k)
+        return own_words_listener(requests, k)
+
     result = measure(
         lambda: make("signal-v1"), SEEDS[:12], naming_speaker, None,
-        listener_replies=own_words_listener, replies=20,
+        listener_replies=recorded, replies=20,
     )  # fmt: skip
     assert result.replies == 20
+    # the rows are sampled a bounded batch at a time (all at once took 21 GB on SmolLM2)
+    from marl.analysis.listening import REPLIES_PER_CALL
+
+    assert len(calls) > 1 and max(calls) <= REPLIES_PER_CALL
     values = result.per_scenario
     for i in range(12):
         assert values["cic"][i] == pytest.approx(2.0)  # it follows every name it hears
