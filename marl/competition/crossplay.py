@@ -650,9 +650,20 @@ def main(args: Sequence[str]) -> int:
         default=32,
         help="--listening: held-out scenarios of the exact measures",
     )
+    parser.add_argument(
+        "--replies",
+        type=int,
+        default=0,
+        help="--exploitability and --listening: read each model's move or answer distribution "
+        "by the scenario's parser from this many sampled replies (every reply it accepts "
+        "counts; the malformed share / off-set is what it rejects) instead of scoring the "
+        "common spellings exactly (0, the default)",
+    )
     ns = parser.parse_args(args)
     if ns.episodes < 1:
         raise RunError(f"eval: --episodes must be >= 1, got {ns.episodes}")
+    if ns.replies < 0:
+        raise RunError(f"eval: --replies must be >= 0, got {ns.replies}")
     if ns.listening:
         return _listening_main(ns)
 
@@ -689,6 +700,7 @@ def main(args: Sequence[str]) -> int:
             scenario,
             overrides,
             sampling=sampling,
+            replies=ns.replies,
         )
     out = Path(ns.out)
     write_results(
@@ -737,6 +749,7 @@ def _listening_main(ns: argparse.Namespace) -> int:
         seed=ns.seed,
         sampling=sampling,
         progress=True,
+        replies=ns.replies,
     )
     out = Path(ns.out)
     written = write_tables(out, cells, listening)
