@@ -293,7 +293,9 @@ def _reading(args: argparse.Namespace) -> str:
             f"Each listener distribution is read by the scenario's parser from {replies} replies "
             "sampled from the listener (every reply the parser accepts counts); the off-set is the "
             f"fraction it rejects, flagged `!` above {OFF_SET_LIMIT}. A CIC read from samples is "
-            "biased upwards by a few hundredths of a bit."
+            "biased upwards, the more the fewer replies the parser accepts: about "
+            "(A - 1)(M - 1) / (2 N ln 2) bits for A actions, M distinct messages and N accepted "
+            "replies in a scenario (Miller 1955)."
         )
     return (
         "Each listener distribution is scored exactly over the accepted spellings. An off-set "

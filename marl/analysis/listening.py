@@ -54,8 +54,10 @@ listener words it (signal's parser accepts any reply that names exactly one cand
 infinite set no list of spellings covers), and ``off_set`` is the fraction the parser rejects.
 The price is sampling noise: each ``p(a | do(m))`` is a frequency out of R, and the CIC, a
 plug-in mutual information, is biased upwards by about ``(A - 1)(M - 1) / (2 N ln 2)`` bits for
-``A`` actions, ``M`` distinct messages and ``N`` = R times the messages' count (Miller 1955), so
-a listener that ignores the message reads a little above 0. A run whose exact ``off_set`` is
+``A`` actions, ``M`` distinct messages and ``N`` replies the parser accepted in the scenario
+(Miller 1955), so a listener that ignores the message reads above 0, the more so the fewer of
+its replies the parser accepts (with 8 distinct messages, 4 actions and 4 accepted replies a
+message, about 0.5 bits). A run whose exact ``off_set`` is
 flagged is read this way.
 
 Each value is reported as the mean over scenarios with a 95% t-interval over scenarios
