@@ -279,7 +279,7 @@ def _start_threads(cfg) -> bool:  # noqa: ANN001
 def _guarded(fn: Callable[[], object]) -> object:
     """Run ``fn`` and return its value; user errors print one clear message and exit 2
     instead of a traceback."""
-    from marl.errors import remote_cause, user_errors
+    from marl.errors import INTERRUPTED_EXIT, remote_cause, user_errors
 
     try:
         return fn()
@@ -288,7 +288,7 @@ def _guarded(fn: Callable[[], object]) -> object:
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(INTERRUPTED_EXIT) from None
 
 
 def _eval(args: Sequence[str]) -> int:
@@ -345,8 +345,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # resume=<run> continues that run's folder unless hydra.run.dir says otherwise
             return _hydra("train", "train", _train_task, continue_in_place(rest))
     except KeyboardInterrupt:
+        from marl.errors import INTERRUPTED_EXIT
+
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED_EXIT
     print(f"marl: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -6,6 +6,8 @@ import sys
 
 from marl.scenarios.problems import ScenarioError
 
+INTERRUPTED_EXIT = 130  # a marl command stopped by Ctrl-C exits with this (128 + SIGINT)
+
 
 class RunError(RuntimeError):
     """A run cannot go on for a reason the user can fix (a missing checkpoint, say)."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -403,6 +404,19 @@ class TextScenarioEnv(ParallelEnv):
         assert rules is not None, "read_action needs a reset environment"
         text = self._read_completion(completion, needs_action=True).action
         return rules.parse_action(agent, text) if text else None
+
+    def read_shares(
+        self, agent: str, completions: Sequence[object], actions: Iterable[str]
+    ) -> tuple[dict[str, float], float]:
+        """``completions`` (sampled replies of ``agent`` at its turn now) read by
+        :meth:`read_action`: each of ``actions``' share among the replies the parser accepts as
+        one of them (uniform when it accepts none), and the fraction it rejects."""
+        counts = Counter(self.read_action(agent, c) for c in completions)
+        shares = dict.fromkeys(actions, 0.0)
+        accepted = sum(counts[a] for a in shares)
+        for action in shares:
+            shares[action] = counts[action] / accepted if accepted else 1.0 / len(shares)
+        return shares, 1.0 - accepted / len(completions) if completions else 1.0
 
     def system_prompt(self, agent: str) -> str:
         """The system prompt an LLM agent is given: scenario text, role, markup."""

@@ -90,6 +90,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marl.agents.backends.base import SamplingConfig
+from marl.agents.generation import SAMPLES_PER_CALL, sample_in_batches
 from marl.errors import RunError
 
 __all__ = [
@@ -126,10 +127,7 @@ BOUNDS = {
     "off_set": (0.0, 1.0),
 }
 CIC_METRICS = ("cic", "cic_given_target")
-# replies sampled per call when the listener is read by the parser: bounds the memory of one
-# generation (each sequence holds its prompt's key/value cache: about 1 GB for 128 of
-# SmolLM2-135M's in fp32; all of a measurement's rows at once took 21 GB)
-REPLIES_PER_CALL = 128
+REPLIES_PER_CALL = SAMPLES_PER_CALL  # the listener's replies sampled a call (parsed reading)
 
 
 def measure_range(name: str, bits_ceiling: float = math.inf) -> tuple[float, float]:
@@ -382,9 +380,7 @@ def listening_per_scenario(
         if sc.donor is not None:
             add(i, scenarios[sc.donor].sent[0])
     if listener_replies is not None:
-        sampled: list[list[str]] = []
-        for start, stop in _groups([replies] * len(row_requests), REPLIES_PER_CALL):
-            sampled += listener_replies(row_requests[start:stop], replies)
+        sampled = sample_in_batches(listener_replies, row_requests, replies, REPLIES_PER_CALL)
         probs, off = _read_replies(sampled, row_envs, listener, row_texts, row_meaning)
     else:
         assert score is not None
@@ -433,23 +429,22 @@ def _read_replies(
     texts: Sequence[Sequence[str]],
     meanings: Sequence[Sequence[str]],
 ) -> tuple[list[list[float]], list[float]]:
-    """The :data:`Scorer`'s shape, read by the parser: each row's actions in the proportions its
-    sampled replies are read as them (normalised over the replies the parser accepts, as the
-    exact scores are over the scored texts; each action's share on its first scored text;
-    uniform when it accepts none), and the fraction of replies it rejects."""
+    """The :data:`Scorer`'s shape, read by the parser
+    (:meth:`~marl.scenarios.base.TextScenarioEnv.read_shares`, normalised over the accepted
+    replies as the exact scores are over the scored texts): each action's share on its first
+    scored text, and the fraction of replies the parser rejects."""
     probs: list[list[float]] = []
     off: list[float] = []
     for replies, env, options, meaning in zip(sampled, envs, texts, meanings):
         first: dict[str, int] = {}
         for j, action in enumerate(meaning):
             first.setdefault(action, j)
-        counts = Counter(env.read_action(listener, reply) for reply in replies)
-        accepted = sum(n for action, n in counts.items() if action in first)
+        shares, rejected = env.read_shares(listener, replies, first)
         row = [0.0] * len(options)
         for action, j in first.items():
-            row[j] = counts[action] / accepted if accepted else 1.0 / len(first)
+            row[j] = shares[action]
         probs.append(row)
-        off.append(1.0 - accepted / len(replies) if replies else 1.0)
+        off.append(rejected)
     return probs, off
 
 
@@ -501,20 +496,11 @@ def hf_sampler(
     seed: int = 0,
     temperatures: Mapping[str, float] | None = None,
 ) -> Sampler:
-    """The speaker's replies from the rollout's own backends (as the rollout samples them,
-    ``sampling.response_prefix`` and each policy's own ``temperatures`` included)."""
-    from dataclasses import replace
+    """The speaker's (or the listener's) replies from the rollout's own backends, as the rollout
+    samples them (:func:`marl.agents.generation.reply_sampler`)."""
+    from marl.agents.generation import reply_sampler
 
-    from marl.agents.generation import generate_by_policy
-
-    def sample(requests: Sequence[Any], k: int) -> list[list[str]]:
-        asked = [replace(r, n=k) for r in requests]
-        replies, _ = generate_by_policy(
-            backends, policy_of, asked, sampling, seed, temperatures=temperatures
-        )
-        return [[reply.text for reply in row] for row in replies]
-
-    return sample
+    return reply_sampler(backends, policy_of, sampling, seed=seed, temperatures=temperatures)
 
 
 def _groups(sizes: Sequence[int], limit: int) -> list[tuple[int, int]]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from marl.errors import INTERRUPTED_EXIT
 from marl.runtime.job_layout import JobLayout
 from marl.sweep.demand import JobDemand, job_demand, refusal
 from marl.sweep.job import OUTPUT_LOG, JobOutcome, JobSpec, last_error_line, run_sweep_job
@@ -314,7 +315,7 @@ def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list[Any]
             "again to resume them",
             file=sys.stderr,
         )
-        raise SystemExit(130) from None
+        raise SystemExit(INTERRUPTED_EXIT) from None
     finally:
         for group in groups.values():
             try:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marl.errors import INTERRUPTED_EXIT
 from marl.sweep.job_dirs import write_record
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
 ]
 
 OUTPUT_LOG = "output.log"
-INTERRUPTED_STATUS = 130  # what ``marl`` exits with on Ctrl-C (marl.cli)
 INTERRUPTED_ERROR = "interrupted: the sweep was stopped; launching it again resumes this job"
 
 
@@ -85,7 +85,7 @@ def was_interrupted(value: object) -> bool:
     """Whether a job's task ended because it was stopped from outside (Ctrl-C, Ray's cancel or
     shutdown), not by a fault of its own."""
     if isinstance(value, JobExit):
-        return value.code == INTERRUPTED_STATUS or value.stopped_by is not None
+        return value.code == INTERRUPTED_EXIT or value.stopped_by is not None
     return (
         isinstance(value, KeyboardInterrupt)
         or getattr(value, "ray_terminate_msg", None) is not None
