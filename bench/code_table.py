@@ -36,14 +36,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def speaker_samples(
-    checkpoint: Path, scenarios: int, samples: int, seed: int
+    source: Path | str, config: dict[str, Any], scenarios: int, samples: int, seed: int
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """``(targets, messages)``: each target as ``(colour, shape)`` and the message the speaker
-    of ``checkpoint`` wrote for it, ``samples`` per candidate of ``scenarios`` held-out
-    scenarios drawn from ``seed``."""
+    of ``source`` (a checkpoint, or ``model:<preset>``: the base model) wrote for it on the
+    run's scenario and sampling (``config``, its saved config), ``samples`` per candidate of
+    ``scenarios`` held-out scenarios drawn from ``seed``."""
     import copy
-
-    import yaml
 
     from marl.agents.generation import PromptRequest
     from marl.analysis.listening import hf_sampler
@@ -51,9 +50,8 @@ def speaker_samples(
     from marl.runtime.seeding import held_out_seeds
     from marl.scenarios.registry import make
 
-    config = yaml.safe_load((checkpoint.parent.parent / "config.yaml").read_text())
     scenario, overrides = config["scenario"]["name"], config["scenario"].get("overrides") or {}
-    (pair,) = load_pairs([f"run={checkpoint}"])
+    (pair,) = load_pairs([f"run={source}"])
     sample = hf_sampler({"speaker": pair.speaker}, lambda agent: "speaker", run_sampling(config))
     requests, targets = [], []
     for scenario_seed in held_out_seeds(f"{seed}:code_table", scenarios):
@@ -107,14 +105,28 @@ def describe(targets: list[tuple[str, str]], messages: list[str]) -> dict[str, A
     }
 
 
-def checkpoints_of(run: Path, steps: list[int] | None) -> dict[int, Path]:
-    """The run's checkpoints by step (all, or the steps asked for that exist)."""
-    found = {}
+def checkpoints_of(
+    run: Path, steps: list[int] | None, base: str | None = None
+) -> dict[int, Path | str]:
+    """The run's checkpoints by step (all, or the steps asked for that exist). With ``base``
+    (``model:<preset>``), a run without a step-0 checkpoint whose warm-up trains no speaker
+    gets the base model as its step 0: its speaker before RL."""
+    found: dict[int, Path | str] = {}
     for path in sorted((run / "checkpoints").glob("step_*")):
         step = int(path.name.split("_")[1])
         if steps is None or step in steps:
             found[step] = path
+    if base and 0 not in found and (steps is None or 0 in steps) and found:
+        warmup = _saved_config(run).get("warmup") or {}
+        if not warmup.get("steps") or "speaker" not in (warmup.get("agents") or []):
+            found = {0: base, **found}
     return found
+
+
+def _saved_config(run: Path) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load((run / "config.yaml").read_text())
 
 
 def summarise(per_run: list[dict[str, Any]], step: int) -> dict[str, Any]:
@@ -194,6 +206,12 @@ def main() -> None:
     parser.add_argument("--scenarios", type=int, default=16)
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--base",
+        metavar="PRESET",
+        help="the base model (a configs/model preset) as step 0 of runs that saved no step-0 "
+        "checkpoint and whose warm-up trains no speaker: the speaker before RL",
+    )
     args = parser.parse_args()
     import torch
 
@@ -203,15 +221,20 @@ def main() -> None:
         mine = []
         for seed in args.seeds:
             run = Path(args.runs) / condition / f"seed{seed}"
-            found = checkpoints_of(run, args.steps)
+            base = f"model:{args.base}" if args.base else None
+            found = checkpoints_of(run, args.steps, base)
             if not found:
                 print(f"  {condition} seed {seed}: no checkpoint, left out", flush=True)
                 continue
             entry: dict[str, Any] = {"condition": condition, "seed": seed, "steps": {}}
-            for step, checkpoint in found.items():
-                print(f"  {condition} seed {seed} step {step}", flush=True)
-                targets, messages = speaker_samples(checkpoint, args.scenarios, args.samples, seed)
+            config = _saved_config(run)
+            for step, source in found.items():
+                print(f"  {condition} seed {seed} step {step} ({source})", flush=True)
+                targets, messages = speaker_samples(
+                    source, config, args.scenarios, args.samples, seed
+                )
                 entry["steps"][str(step)] = describe(targets, messages)
+                entry.setdefault("sources", {})[str(step)] = portable(source)
             mine.append(entry)
         runs += mine
         steps = sorted({int(s) for r in mine for s in r["steps"]})

@@ -35,9 +35,10 @@ counts and the off-set is what it rejects (:mod:`marl.analysis.listening`; cache
 Headline numbers are seed-clustered: the mean of per-seed values with a t-interval over seeds
 (:func:`marl.analysis.stats.seed_clustered`); before/after differences are paired by seed.
 
-Cross-play: the five ``warmup_rl`` pairs and the base model, every speaker with every listener,
-``--crossplay-episodes`` (24) held-out scenarios per cell
-(:func:`marl.competition.role_eval.role_crossplay`).
+Cross-play: the five pairs of ``--crossplay-condition`` (``warmup_rl``) and the base model,
+every speaker with every listener, ``--crossplay-episodes`` (24) held-out scenarios per cell
+(:func:`marl.competition.role_eval.role_crossplay`), and the self-play gap over the trained pairs
+(:func:`marl.competition.role_eval.self_play_gap`: about 0 when the runs share one language).
 
 A condition's missing runs are one sweep on the Ray launcher (``marl train -m ... launcher=ray``,
 docs/sweeps.md): each run reserves ``--threads`` CPUs (1), as many at once as the cores hold
@@ -242,7 +243,28 @@ def clustered(
 
 # Every condition's held-out scenarios have 4 candidates, so no CIC passes log2(4) = 2 bits.
 BITS_CEILING = 2.0
-CROSSPLAY_HEADING = "\n\nCross-play (warmup_rl pairs and the base model):\n\n"
+
+
+def crossplay_gap(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The self-play gap over the trained pairs of the cross-play (None with fewer than two)."""
+    from marl.competition.role_eval import self_play_gap
+
+    trained = list(dict.fromkeys(c["speaker"] for c in cells if c["speaker"] != "base"))
+    return self_play_gap(cells, trained) if len(trained) >= 2 else None
+
+
+def crossplay_text(cells: list[dict[str, Any]], gap: dict[str, Any] | None, roles: str) -> str:
+    """The cross-play section of table.md: its heading, the matrix, and the self-play gap."""
+    condition = cells[0].get("condition", "warmup_rl")
+    text = f"\n\nCross-play ({condition} pairs and the base model):\n\n" + roles
+    if gap is not None:
+        per_run = ", ".join(f"{g:+.2f}" for g in gap["per_run"])
+        interval = "" if gap["low"] != gap["low"] else f" [{gap['low']:+.2f}, {gap['high']:+.2f}]"
+        text += (
+            f"\nSelf-play gap (each trained pair with itself minus with the other runs' "
+            f"partners; t-interval over runs): {gap['mean']:+.2f}{interval}; per run {per_run}.\n"
+        )
+    return text
 
 
 def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
@@ -365,22 +387,25 @@ def plot(path: Path, runs: list[dict[str, Any]]) -> None:
 
 
 def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    """The cross-play cells of ``--crossplay-condition``'s final checkpoints and the base model
+    (each cell records the condition), reused from ``out`` when it holds exactly these."""
     from marl.competition.role_eval import load_pairs, role_crossplay, write_tables
 
-    _, steps = CONDITIONS["warmup_rl"]
-    specs = [
-        f"seed{s}={run_dir(args, 'warmup_rl', s) / 'checkpoints' / f'step_{steps:06d}'}"
-        for s in args.seeds
-        if (run_dir(args, "warmup_rl", s) / "checkpoints" / f"step_{steps:06d}").is_dir()
-    ]
+    condition = args.crossplay_condition
+    _, steps = CONDITIONS[condition]
+    final = {
+        s: run_dir(args, condition, s) / "checkpoints" / f"step_{steps:06d}" for s in args.seeds
+    }
+    specs = [f"seed{s}={path}" for s, path in final.items() if path.is_dir()]
     if not specs:
         return []
     names = [spec.split("=", 1)[0] for spec in specs] + ["base"]
-    cached = _cached_cells(out / "crossplay_roles.csv", names, args.crossplay_episodes)
+    cached = _cached_cells(out / "crossplay_roles.csv", names, args.crossplay_episodes, condition)
     if cached:
         print(f"  cross-play: reusing {out / 'crossplay_roles.csv'}", flush=True)
         return cached
-    config = _saved_config(run_dir(args, "warmup_rl", args.seeds[0]))
+    print(f"  cross-play of {condition}: {len(names)} x {len(names)} pairings", flush=True)
+    config = _saved_config(run_dir(args, condition, args.seeds[0]))
     pairs = load_pairs([*specs, "base=model:smollm2"])
     cells = role_crossplay(
         pairs,
@@ -390,12 +415,16 @@ def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         seed=args.eval_seed,
         sampling=run_sampling(config),
     )
+    cells = [{"condition": condition, **cell} for cell in cells]
     write_tables(out, cells, {})
     return cells
 
 
-def _cached_cells(path: Path, names: list[str], episodes: int) -> list[dict[str, Any]]:
-    """The cells of an earlier cross-play of exactly these pairs and episodes, else []."""
+def _cached_cells(
+    path: Path, names: list[str], episodes: int, condition: str
+) -> list[dict[str, Any]]:
+    """The cells of an earlier cross-play of exactly these pairs, episodes and condition, else
+    [] (a table written before cells recorded their condition was of ``warmup_rl``)."""
     import csv
 
     if not path.is_file():
@@ -404,7 +433,7 @@ def _cached_cells(path: Path, names: list[str], episodes: int) -> list[dict[str,
         rows = list(csv.DictReader(f))
     wanted = {(s, x) for s in names for x in names}
     if {(r["speaker"], r["listener"]) for r in rows} != wanted or any(
-        int(r["episodes"]) != episodes for r in rows
+        int(r["episodes"]) != episodes or r.get("condition", "warmup_rl") != condition for r in rows
     ):
         return []
     numbers = ("success", "success_lo", "success_hi")
@@ -434,6 +463,12 @@ def main() -> None:
         "it by the scenario's parser from N sampled replies (every accepted reply counts)",
     )
     parser.add_argument("--crossplay-episodes", type=int, default=24)
+    parser.add_argument(
+        "--crossplay-condition",
+        default="warmup_rl",
+        choices=CONDITIONS,
+        help="whose final pairs play every speaker with every listener (with the base model)",
+    )
     parser.add_argument("--eval-seed", type=int, default=0)
     parser.add_argument("--no-train", action="store_true", help="measure the runs there only")
     parser.add_argument("--no-crossplay", action="store_true")
@@ -465,13 +500,15 @@ def main() -> None:
     table = {c: aggregate(runs, c) for c in args.conditions}
     cells = [] if args.no_crossplay else crossplay(args, out)
     text = markdown(table, args)
+    gap = crossplay_gap(cells)
     if cells:
-        text += CROSSPLAY_HEADING + (out / "crossplay_roles.md").read_text()
+        text += crossplay_text(cells, gap, (out / "crossplay_roles.md").read_text())
     payload = {
         "args": {k: portable(v) for k, v in vars(args).items()},
         "runs": runs,
         "table": table,
         "crossplay": cells,
+        "crossplay_gap": gap,
         "machine": machine(),
     }
     (out / "summary.json").write_text(json.dumps(json_safe(payload), indent=1))
@@ -492,7 +529,9 @@ def retabulate(summary: Path) -> None:
     text = markdown(table, recorded)
     roles = summary.parent / "crossplay_roles.md"
     if payload.get("crossplay") and roles.is_file():
-        text += CROSSPLAY_HEADING + roles.read_text()
+        cells = payload["crossplay"]
+        payload["crossplay_gap"] = crossplay_gap(cells)
+        text += crossplay_text(cells, payload["crossplay_gap"], roles.read_text())
     payload["table"] = table
     payload["retabulated"] = {"by": "bench/listening.py --from-summary", "machine": machine()}
     summary.write_text(json.dumps(json_safe(payload), indent=1))

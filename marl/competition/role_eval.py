@@ -11,6 +11,9 @@ LoRA adapters load onto one shared base model (one copy in memory).
   samples; the success rate with its 95% Wilson interval per cell. Pairs from different seeds
   off the diagonal show whether two runs learned the same convention; the base model's row
   and column show what a trained speaker or listener does with an untrained partner.
+- :func:`self_play_gap`: how much better each trained pair does with itself than with the other
+  runs' speakers and listeners, a number per run with a t-interval over runs: about 0 when the
+  runs share one language, above 0 when each learned a convention of its own.
 - :func:`pair_listening`: :func:`marl.analysis.listening.listening_per_scenario` for each pair with
   itself: CIC, influence, exact success, the null message and the message swap.
 
@@ -39,6 +42,7 @@ __all__ = [
     "load_pairs",
     "pair_listening",
     "role_crossplay",
+    "self_play_gap",
     "write_tables",
 ]
 
@@ -207,6 +211,32 @@ def role_crossplay(
             }
         )
     return rows
+
+
+def self_play_gap(cells: Sequence[Mapping[str, Any]], runs: Sequence[str]) -> dict[str, Any]:
+    """Each run's success with itself minus its success with the other ``runs`` (its speaker
+    with their listeners and their speakers with its listener, averaged over those
+    ``2 (R - 1)`` cells of :func:`role_crossplay`), and the mean with a 95% t-interval over the
+    runs (each run one value: the seed is the unit). About 0 when the runs share one language
+    (any trained speaker works with any trained listener); above 0 when each pair learned a
+    convention of its own, which another run's partner does not share. ``runs`` are the trained
+    pairs' names (the base model left out); at least two."""
+    from marl.analysis.stats import seed_clustered
+
+    if len(runs) < 2:
+        raise ValueError("self_play_gap: needs at least two runs")
+    success = {(c["speaker"], c["listener"]): float(c["success"]) for c in cells}
+    gaps = []
+    for run in runs:
+        others = [r for r in runs if r != run]
+        try:
+            own = success[run, run]
+            mixed = [success[run, o] for o in others] + [success[o, run] for o in others]
+        except KeyError as missing:
+            raise ValueError(f"self_play_gap: no cross-play cell {missing.args[0]}") from None
+        gaps.append(own - fmean(mixed))
+    mean, low, high = seed_clustered([[g] for g in gaps])
+    return {"runs": list(runs), "per_run": gaps, "mean": mean, "low": low, "high": high}
 
 
 def pair_listening(

@@ -65,3 +65,60 @@ def test_the_table_says_how_the_listener_was_read() -> None:
     assert "scored exactly over the accepted spellings" in exact and "parser" not in exact
     assert "read by the scenario's parser from 16 replies" in parsed
     assert "fraction it rejects" in parsed
+
+
+def cells(matrix: dict[tuple[str, str], float], condition: str = "rl") -> list[dict]:
+    """Cross-play cells as bench/listening.py records them."""
+    return [
+        {"condition": condition, "speaker": s, "listener": x, "episodes": 24, "success": v,
+         "success_lo": 0.0, "success_hi": 1.0}
+        for (s, x), v in matrix.items()
+    ]  # fmt: skip
+
+
+def test_the_self_play_gap_tells_a_shared_language_from_private_conventions() -> None:
+    from marl.competition.role_eval import self_play_gap
+
+    runs = ["seed0", "seed1", "seed2"]
+    names = [*runs, "base"]
+    shared = {(s, x): 0.25 if "base" in (s, x) else 1.0 for s in names for x in names}
+    private = {k: (1.0 if k[0] == k[1] else 0.25) for k in shared}
+    # one language: any trained speaker works with any trained listener, the base left out
+    gap = listening.crossplay_gap(cells(shared))
+    assert gap["runs"] == runs and gap["per_run"] == [0.0, 0.0, 0.0] and gap["mean"] == 0.0
+    # each pair its own convention: 1.0 with itself, chance with the others' partners
+    gap = self_play_gap(cells(private), runs)
+    assert gap["per_run"] == [0.75, 0.75, 0.75] and gap["mean"] == 0.75
+    # the speaker's and the listener's side both count: a listener that follows only its own
+    # speaker, whose speaker every listener understands, is half private
+    half = dict(shared)
+    half.update({("seed1", "seed0"): 0.25, ("seed2", "seed0"): 0.25})
+    per_run = self_play_gap(cells(half), runs)["per_run"]
+    assert per_run[0] == 1.0 - (1.0 + 1.0 + 0.25 + 0.25) / 4
+    text = listening.crossplay_text(cells(private), self_play_gap(cells(private), runs), "T\n")
+    assert text.startswith("\n\nCross-play (rl pairs and the base model):\n\nT\n")
+    assert "Self-play gap" in text and "+0.75 [+0.75, +0.75]; per run +0.75, +0.75, +0.75" in text
+    assert listening.crossplay_gap(cells({("seed0", "seed0"): 1.0})) is None  # one run: none
+    try:
+        self_play_gap(cells({("seed0", "seed0"): 1.0, ("seed1", "seed1"): 1.0}), ["seed0", "seed1"])
+    except ValueError as exc:
+        assert "no cross-play cell" in str(exc)
+    else:
+        raise AssertionError("a missing cell must be refused")
+
+
+def test_a_cached_cross_play_is_reused_only_for_its_own_condition(tmp_path: Path) -> None:
+    from marl.competition.role_eval import write_tables
+
+    names = ["seed0", "seed1", "base"]
+    matrix = {(s, x): 0.5 for s in names for x in names}
+    write_tables(tmp_path, cells(matrix, "rl"), {})
+    path = tmp_path / "crossplay_roles.csv"
+    reused = listening._cached_cells(path, names, 24, "rl")
+    assert len(reused) == 9 and all(c["condition"] == "rl" and c["success"] == 0.5 for c in reused)
+    assert listening._cached_cells(path, names, 24, "warmup_rl") == []  # another condition's
+    assert listening._cached_cells(path, names, 12, "rl") == []  # other episodes
+    legacy = [{k: v for k, v in c.items() if k != "condition"} for c in cells(matrix)]
+    write_tables(tmp_path, legacy, {})  # written before cells named their condition
+    assert len(listening._cached_cells(path, names, 24, "warmup_rl")) == 9
+    assert listening._cached_cells(path, names, 24, "rl") == []

@@ -78,8 +78,16 @@ def test_the_bench_tabulates_a_real_runs_speaker(tmp_path) -> None:
     )
     found = code_table.checkpoints_of(run, None)
     assert sorted(found) == [1]  # no warm-up: no step-0 checkpoint
-    targets, messages = code_table.speaker_samples(found[1], scenarios=3, samples=2, seed=0)
+    config = code_table._saved_config(run)
+    targets, messages = code_table.speaker_samples(found[1], config, 3, 2, seed=0)
     assert len(targets) == len(messages) == 3 * 4 * 2  # scenarios x candidates x samples
+    # the base model as step 0 (no warm-up trained a speaker): its speaker before RL, on the
+    # run's scenario; only when asked for, and never in place of a saved checkpoint
+    with_base = code_table.checkpoints_of(run, None, "model:tiny")
+    assert with_base == {0: "model:tiny", 1: found[1]}
+    assert code_table.checkpoints_of(run, [1], "model:tiny") == {1: found[1]}
+    base_targets, base_messages = code_table.speaker_samples("model:tiny", config, 3, 2, seed=0)
+    assert base_targets == targets and len(base_messages) == 24  # the same held-out scenarios
     assert all(colour in ("red", "blue") for colour, _ in targets)
     described = code_table.describe(targets, messages)
     assert described["samples"] == 24 and 0.0 <= described["named"] <= 1.0
@@ -92,6 +100,20 @@ def test_the_bench_tabulates_a_real_runs_speaker(tmp_path) -> None:
     result["runs"] = [{"condition": "code", "seed": 0, "steps": {"1": described}}]
     text = code_table.markdown(result)
     assert "| code | 1 | 1 |" in text and "| target | message | share | distinct |" in text
+
+
+def test_the_base_is_no_step_0_where_the_warm_up_trained_the_speaker(tmp_path) -> None:
+    import code_table  # bench/code_table.py
+    import yaml
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_000020").mkdir(parents=True)
+    for agents, base_is_step_0 in ((["listener"], True), (["speaker", "listener"], False)):
+        config = {"warmup": {"steps": 8, "agents": agents}}
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        found = code_table.checkpoints_of(run, None, "model:smollm2")
+        assert (0 in found) is base_is_step_0, agents
+        assert found[20] == run / "checkpoints" / "step_000020"
 
 
 def test_the_bench_clips_each_interval_to_its_measure_range() -> None:
