@@ -109,12 +109,22 @@ CONDITIONS: dict[str, list[str]] = {
     "selfplay_blind": ["league=selfplay", "scenario.overrides.params.restate_card=false"],
     "vs_nash": ["league=bot_rule"],
     "vs_random": ["league=bot_random"],
+    # against the cycling of naive self-play: the learner plays a pool of its own past
+    # snapshots (every 5 updates, the initial one kept; the newest half the time, any uniformly
+    # or by PFSP the rest), no bots: averaging over past policies as fictitious play does
+    "selfplay_pool": [
+        "league=pool",
+        "league.snapshot_every=5",
+        "league.mix.bot_random=0",
+        "league.mix.bot_rule=0",
+    ],
 }
 LABELS = {
     "selfplay": "self-play, card restated (league, GRPO, KL anchor)",
     "selfplay_blind": "self-play, card not restated (the card-blind control)",
     "vs_nash": "against the Nash bot",
     "vs_random": "against the random bot",
+    "selfplay_pool": "self-play against a pool of its past snapshots (card restated)",
 }
 # short name -> TensorBoard tag (marl/competition/exploitability_log.py)
 METRICS = {
@@ -137,7 +147,8 @@ LAST = 10  # iterations the per-run parse failure rate is averaged over
 UNIFORM = 11 / 24  # the uniform random policy's exploitability (NashConv 11/12)
 CARD_BLIND_FLOOR = 1 / 3  # no card-blind policy is less exploitable (card_blind_facts)
 READS_CARD = 0.25  # a run reads its card: final card spread >= this (pre-registered, issue 40)
-CONTROL = {"selfplay": "selfplay_blind"}  # a condition -> its concurrent control
+# a condition -> its concurrent control
+CONTROL = {"selfplay": "selfplay_blind", "selfplay_pool": "selfplay"}
 GRID = 10  # card-blind policies searched on a grid of step 1/GRID per betting history
 DEFAULT_RUNS = ROOT / "runs" / "kuhn_card"  # issue 40's experiment (the card restated)
 DEFAULT_OUT = ROOT / "bench" / "results" / "kuhn_card"

@@ -219,3 +219,23 @@ def test_intervals_stay_in_each_measures_range() -> None:
     assert a["exploitability"]["end"]["low"] == 0.0  # 0.00, 0.01, 0.02: the t-interval dips below 0
     unclipped = kuhn.clustered([0.0, 0.01, 0.02])
     assert unclipped["low"] < 0  # what the clip removed
+
+
+@pytest.mark.parametrize("condition", sorted(kuhn.CONDITIONS))
+def test_every_condition_composes_into_a_valid_config_with_its_control(condition: str) -> None:
+    """Each condition's overrides, on configs/kuhn.yaml, make a config that validates; a
+    condition's concurrent control is a condition too. The pool condition plays its own past
+    snapshots only (no bot in its mix), taken every 5 updates."""
+    from hydra import compose, initialize_config_module
+
+    from marl.cli import register_scenario_options
+    from marl.config import load_config
+
+    register_scenario_options()
+    with initialize_config_module(config_module="marl.configs", version_base=None):
+        cfg = compose(config_name="kuhn", overrides=["model=tiny", *kuhn.CONDITIONS[condition]])
+    config = load_config(cfg)
+    assert kuhn.CONTROL.get(condition, "selfplay") in kuhn.CONDITIONS
+    if condition == "selfplay_pool":
+        mix = {kind: weight for kind, weight in config.league.mix.items() if weight > 0}
+        assert set(mix) == {"latest", "uniform", "pfsp"} and config.league.snapshot_every == 5
