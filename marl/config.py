@@ -399,6 +399,12 @@ class EmergenceConfig:
     listening_episodes: held-out scenarios the listening measures use (the first of the
                        evaluation's, default 16: about 30 s a measurement for SmolLM2 on a
                        laptop CPU); null = all ``train.eval_episodes``.
+    listening_replies: 0 (default) scores each listener distribution exactly over the
+                       scenario's listed spellings; N > 0 reads it by the scenario's parser
+                       from N sampled replies, so a listener that answers in its own words
+                       is measured on what the game accepts (``off_set``: what it rejects).
+                       Costs N listener replies per distribution; ``bench/listening.py`` and
+                       ``marl eval --replies`` read checkpoints the same way.
     """
 
     influence_every: int | None = None
@@ -406,6 +412,7 @@ class EmergenceConfig:
     permutations: int = 20
     counterfactuals: int = 8
     listening_episodes: int | None = 16
+    listening_replies: int = 0
 
     def __post_init__(self) -> None:
         if self.influence_every is not None:
@@ -418,6 +425,7 @@ class EmergenceConfig:
         _positive("emergence.counterfactuals", self.counterfactuals, allow_zero=True)
         if self.listening_episodes is not None:
             _positive("emergence.listening_episodes", self.listening_episodes)
+        _positive("emergence.listening_replies", self.listening_replies, allow_zero=True)
 
 
 @dataclass

@@ -8,11 +8,16 @@ after an update that the measured episodes did not see,
 scenario's first two agents) on the first ``emergence.listening_episodes`` of the evaluation's
 held-out scenarios (the same seeds at every evaluation of a run), with ``emergence.counterfactuals``
 speaker replies per possible label. The speaker samples from the rollout's own backend with the
-run's sampling settings; the listener is scored exactly at the run's ``sampling.temperature``.
+run's sampling settings; the listener is scored exactly at the temperature it samples at, or,
+with ``emergence.listening_replies`` N > 0, each of its distributions is read by the scenario's
+parser from N of its sampled replies (a listener that answers in its own words: every reply the
+game accepts counts, and ``off_set`` is what the parser rejects).
 
 Tags, logged at the number of updates done as ``eval/*`` is: ``eval/listening/<metric>`` (the
 mean over scenarios) with ``_low`` / ``_high`` (a 95% t-interval over scenarios), for each
-metric of :data:`marl.analysis.listening.LISTENING_METRICS`, and ``perf/listening_time``.
+metric of :data:`marl.analysis.listening.LISTENING_METRICS`, ``eval/listening/off_set_flag``,
+``eval/listening/replies`` (how the listener was read: 0 exactly, N from N sampled replies) and
+``perf/listening_time``.
 
 When: LLM agents in this process (:class:`marl.runtime.local.LocalRuntime`; under Ray one line on
 stderr says it is skipped: measure checkpoints with ``marl eval --listening``), and a scenario
@@ -80,18 +85,16 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
         s = config.sampling
         env = make(scenario, **overrides)
         speaker, listener = list(env.possible_agents)[:2]
+        seed = config.seed * 1_000_003 + updates_done
+        parsed = e.listening_replies > 0
         result = listening_per_scenario(
             lambda: make(scenario, **overrides),
             eval_seeds(config.seed, config.train.eval_episodes)[:episodes],
-            hf_sampler(
-                backends,
-                plan.policy_of,
-                s,
-                seed=config.seed * 1_000_003 + updates_done,
-                temperatures=plan.temperatures,
-            ),
+            hf_sampler(backends, plan.policy_of, s, seed=seed, temperatures=plan.temperatures),
             # the listener scored at the temperature it samples at (its policy's own, if set)
-            hf_scorer(
+            None
+            if parsed
+            else hf_scorer(
                 backends[plan.policy_of(listener)],
                 sampling=replace(s, temperature=plan.temperatures[plan.policy_of(listener)]),
             ),
@@ -99,7 +102,18 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
             speaker=speaker,
             listener=listener,
             swap_seed=config.seed,
+            # or read by the parser from its sampled replies, at the same temperature
+            listener_replies=hf_sampler(
+                backends, plan.policy_of, s, seed=seed + 1, temperatures=plan.temperatures
+            )
+            if parsed
+            else None,
+            replies=e.listening_replies,
         )
-        return {**result.scalars(), "perf/listening_time": time.perf_counter() - began}
+        return {
+            **result.scalars(),
+            "eval/listening/replies": float(result.replies),
+            "perf/listening_time": time.perf_counter() - began,
+        }
 
     return measure

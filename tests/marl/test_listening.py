@@ -289,9 +289,12 @@ def test_the_tiny_model_is_measured_through_its_backend() -> None:
     assert sum(probs[0]) == pytest.approx(1.0) and 0.0 <= off[0] <= 1.0
 
 
+@pytest.mark.parametrize("replies", [0, 4])
 def test_marl_train_logs_the_listening_measures_at_each_held_out_evaluation(
-    tmp_path: Path,
+    tmp_path: Path, replies: int
 ) -> None:
+    """Exact (``emergence.listening_replies`` 0) or read by the parser from 4 sampled replies a
+    distribution; ``eval/listening/replies`` says which."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from marl.loop.train import train
@@ -301,7 +304,11 @@ def test_marl_train_logs_the_listening_measures_at_each_held_out_evaluation(
         "model": {"kind": "tiny"},
         "sampling": {"max_new_tokens": 8, "response_prefix": True},
         "train": {"steps": 2, "seeds_per_step": 1, "group_size": 2, "eval_episodes": 4},
-        "emergence": {"counterfactuals": 2, "listening_episodes": 3},
+        "emergence": {
+            "counterfactuals": 2,
+            "listening_episodes": 3,
+            "listening_replies": replies,
+        },
         "logging": {"progress": False},
         "seed": 0,
     }
@@ -319,6 +326,15 @@ def test_marl_train_logs_the_listening_measures_at_each_held_out_evaluation(
     assert [e.value for e in events.Scalars("eval/listening/cic_low")][0] <= (
         events.Scalars("eval/listening/cic")[0].value
     )
+    assert [e.value for e in events.Scalars("eval/listening/replies")] == [replies, replies]
+    assert all(0.0 <= e.value <= 1.0 for e in events.Scalars("eval/listening/off_set"))
+
+
+def test_a_negative_listening_replies_is_one_line_naming_the_key() -> None:
+    from marl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="emergence.listening_replies"):
+        load_config({"model": {"kind": "tiny"}, "emergence": {"listening_replies": -1}})
 
 
 def test_the_listening_measures_stay_off_where_they_do_not_apply(tmp_path: Path) -> None:
