@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, portable, run_sampling  # noqa: E402  (bench helpers)
+from common import machine, portable, run_sampling, saved_config  # noqa: E402  (bench helpers)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,15 +44,14 @@ def speaker_samples(
     ``scenarios`` held-out scenarios drawn from ``seed``."""
     import copy
 
-    from marl.agents.generation import PromptRequest
-    from marl.analysis.listening import hf_sampler
+    from marl.agents.generation import PromptRequest, reply_sampler
     from marl.competition.role_eval import load_pairs
     from marl.runtime.seeding import held_out_seeds
     from marl.scenarios.registry import make
 
     scenario, overrides = config["scenario"]["name"], config["scenario"].get("overrides") or {}
     (pair,) = load_pairs([f"run={source}"])
-    sample = hf_sampler({"speaker": pair.speaker}, lambda agent: "speaker", run_sampling(config))
+    sample = reply_sampler({"speaker": pair.speaker}, lambda agent: "speaker", run_sampling(config))
     requests, targets = [], []
     for scenario_seed in held_out_seeds(f"{seed}:code_table", scenarios):
         env = make(scenario, **overrides)
@@ -117,16 +116,10 @@ def checkpoints_of(
         if steps is None or step in steps:
             found[step] = path
     if base and 0 not in found and (steps is None or 0 in steps) and found:
-        warmup = _saved_config(run).get("warmup") or {}
+        warmup = saved_config(run).get("warmup") or {}
         if not warmup.get("steps") or "speaker" not in (warmup.get("agents") or []):
             found = {0: base, **found}
     return found
-
-
-def _saved_config(run: Path) -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load((run / "config.yaml").read_text())
 
 
 def summarise(per_run: list[dict[str, Any]], step: int) -> dict[str, Any]:
@@ -227,7 +220,7 @@ def main() -> None:
                 print(f"  {condition} seed {seed}: no checkpoint, left out", flush=True)
                 continue
             entry: dict[str, Any] = {"condition": condition, "seed": seed, "steps": {}}
-            config = _saved_config(run)
+            config = saved_config(run)
             for step, source in found.items():
                 print(f"  {condition} seed {seed} step {step} ({source})", flush=True)
                 targets, messages = speaker_samples(

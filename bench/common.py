@@ -351,6 +351,13 @@ def run_sampling(config: dict[str, Any]) -> Any:
     )
 
 
+def saved_config(run_dir: Path) -> dict[str, Any]:
+    """The config a run saved (``<run>/config.yaml``), as plain data."""
+    import yaml
+
+    return yaml.safe_load((run_dir / "config.yaml").read_text())
+
+
 def run_command(run_dir: Path) -> str | None:
     """The ``marl train`` command that made the run in ``run_dir``, read back from what Hydra
     wrote there: ``.hydra/hydra.yaml`` (the config name and the ``hydra.*`` overrides, such as

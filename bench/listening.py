@@ -69,6 +69,7 @@ from common import (  # noqa: E402  (bench helpers)
     run_command,
     run_sampling,
     run_sweep,
+    saved_config,
 )
 
 from marl.analysis.listening import (  # noqa: E402
@@ -152,7 +153,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     where = run_dir(args, condition, seed)
     scalars = read_scalars(where / "tensorboard")
     success = scalars.get("eval/success", [])
-    config = json.loads(json.dumps(_saved_config(where)))
+    config = json.loads(json.dumps(saved_config(where)))
     sampling = run_sampling(config)
     scenario = config["scenario"]["name"]
     overrides = config["scenario"].get("overrides") or {}
@@ -214,12 +215,6 @@ def eval_seed(base: int, run_seed: int) -> int:
     held-out scenarios (:func:`marl.runtime.seeding.held_out_seeds`), so the seeds' values are
     independent draws and their interval is one over seeds x scenarios."""
     return base * 1_000_003 + run_seed
-
-
-def _saved_config(where: Path) -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load((where / "config.yaml").read_text())
 
 
 def _last(scalars: dict[str, list[float]], tag: str) -> float | None:
@@ -405,7 +400,7 @@ def crossplay(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         print(f"  cross-play: reusing {out / 'crossplay_roles.csv'}", flush=True)
         return cached
     print(f"  cross-play of {condition}: {len(names)} x {len(names)} pairings", flush=True)
-    config = _saved_config(run_dir(args, condition, args.seeds[0]))
+    config = saved_config(run_dir(args, condition, args.seeds[0]))
     pairs = load_pairs([*specs, "base=model:smollm2"])
     cells = role_crossplay(
         pairs,

@@ -90,7 +90,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marl.agents.backends.base import SamplingConfig
-from marl.agents.generation import SAMPLES_PER_CALL, sample_in_batches
+from marl.agents.generation import sample_in_batches
 from marl.errors import RunError
 
 __all__ = [
@@ -127,7 +127,6 @@ BOUNDS = {
     "off_set": (0.0, 1.0),
 }
 CIC_METRICS = ("cic", "cic_given_target")
-REPLIES_PER_CALL = SAMPLES_PER_CALL  # the listener's replies sampled a call (parsed reading)
 
 
 def measure_range(name: str, bits_ceiling: float = math.inf) -> tuple[float, float]:
@@ -312,10 +311,10 @@ def listening_per_scenario(
     """Measure every metric of the module docstring on the scenarios of ``seeds``.
 
     ``env_factory`` builds the scenario's environment; ``sample`` draws the speaker's replies,
-    ``score`` the listener's exact distribution (:func:`hf_sampler` / :func:`hf_scorer` build
-    them from policies). ``speaker`` / ``listener``: agent names (default: the first two
-    agents). ``counterfactuals``: K, the speaker's replies sampled per scenario, spread evenly
-    over its possible labels (at least one each).
+    ``score`` the listener's exact distribution (:func:`marl.agents.generation.reply_sampler`
+    and :func:`hf_scorer` build them from policies). ``speaker`` / ``listener``: agent names
+    (default: the first two agents). ``counterfactuals``: K, the speaker's replies sampled per
+    scenario, spread evenly over its possible labels (at least one each).
     ``swap_seed`` picks the donors of the swap. ``listener_replies``: the listener's sampler;
     when given, every distribution is read by the parser from ``replies`` sampled replies (the
     module docstring) and ``score`` is not used.
@@ -380,7 +379,7 @@ def listening_per_scenario(
         if sc.donor is not None:
             add(i, scenarios[sc.donor].sent[0])
     if listener_replies is not None:
-        sampled = sample_in_batches(listener_replies, row_requests, replies, REPLIES_PER_CALL)
+        sampled = sample_in_batches(listener_replies, row_requests, replies)
         probs, off = _read_replies(sampled, row_envs, listener, row_texts, row_meaning)
     else:
         assert score is not None
@@ -488,21 +487,6 @@ def _choose_donors(scenarios: Sequence[_Scenario], speaker: str, listener: str, 
 
 
 # --- policies as a sampler and a scorer --------------------------------------------------------
-def hf_sampler(
-    backends: Mapping[str, Any],
-    policy_of: Callable[[str], str],
-    sampling: SamplingConfig,
-    *,
-    seed: int = 0,
-    temperatures: Mapping[str, float] | None = None,
-) -> Sampler:
-    """The speaker's (or the listener's) replies from the rollout's own backends, as the rollout
-    samples them (:func:`marl.agents.generation.reply_sampler`)."""
-    from marl.agents.generation import reply_sampler
-
-    return reply_sampler(backends, policy_of, sampling, seed=seed, temperatures=temperatures)
-
-
 def _groups(sizes: Sequence[int], limit: int) -> list[tuple[int, int]]:
     """``(start, stop)`` runs of consecutive items whose sizes sum to at most ``limit`` (an item
     larger than ``limit`` alone): bounds the rows, so the memory, of one scoring pass."""

@@ -76,7 +76,8 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
         return lambda updates_done: {}
 
     def measure(updates_done: int) -> dict[str, float]:
-        from marl.analysis.listening import hf_sampler, hf_scorer, listening_per_scenario
+        from marl.agents.generation import reply_sampler
+        from marl.analysis.listening import hf_scorer, listening_per_scenario
         from marl.runtime.workers import eval_seeds
         from marl.scenarios.registry import make
 
@@ -90,7 +91,7 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
         result = listening_per_scenario(
             lambda: make(scenario, **overrides),
             eval_seeds(config.seed, config.train.eval_episodes)[:episodes],
-            hf_sampler(backends, plan.policy_of, s, seed=seed, temperatures=plan.temperatures),
+            reply_sampler(backends, plan.policy_of, s, seed=seed, temperatures=plan.temperatures),
             # the listener scored at the temperature it samples at (its policy's own, if set)
             None
             if parsed
@@ -103,7 +104,7 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
             listener=listener,
             swap_seed=config.seed,
             # or read by the parser from its sampled replies, at the same temperature
-            listener_replies=hf_sampler(
+            listener_replies=reply_sampler(
                 backends, plan.policy_of, s, seed=seed + 1, temperatures=plan.temperatures
             )
             if parsed

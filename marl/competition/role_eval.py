@@ -261,7 +261,8 @@ def pair_listening(
     its sampled replies instead of scored exactly
     (:func:`marl.analysis.listening.listening_per_scenario`); R is 0 for the exact scoring."""
     from marl.agents.backends import SamplingConfig
-    from marl.analysis.listening import hf_sampler, hf_scorer, listening_per_scenario
+    from marl.agents.generation import reply_sampler
+    from marl.analysis.listening import hf_scorer, listening_per_scenario
     from marl.scenarios.registry import make
 
     overrides = dict(overrides or {})
@@ -275,7 +276,7 @@ def pair_listening(
         result = listening_per_scenario(
             lambda: make(scenario, **overrides),
             seeds,
-            hf_sampler(
+            reply_sampler(
                 {"speaker": p.speaker},
                 lambda agent: "speaker",
                 sampling,
@@ -284,7 +285,7 @@ def pair_listening(
             None if parsed else hf_scorer(p.listener, sampling=listener_sampling or sampling),
             counterfactuals=counterfactuals,
             swap_seed=seed,
-            listener_replies=hf_sampler(
+            listener_replies=reply_sampler(
                 {"listener": p.listener},
                 lambda agent: "listener",
                 listener_sampling or sampling,

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from marl.analysis.listening import LISTENING_METRICS, hf_sampler, hf_scorer, kl_bits
+from marl.agents.generation import SAMPLES_PER_CALL, reply_sampler
+from marl.analysis.listening import LISTENING_METRICS, hf_scorer, kl_bits
 from marl.analysis.listening import listening_per_scenario as measure
 from marl.errors import RunError
 from marl.scenarios.registry import make
@@ -186,9 +187,7 @@ def test_read_by_the_parser_every_accepted_reply_counts_and_off_set_is_what_it_r
     )  # fmt: skip
     assert result.replies == 20
     # the rows are sampled a bounded batch at a time (all at once took 21 GB on SmolLM2)
-    from marl.analysis.listening import REPLIES_PER_CALL
-
-    assert len(calls) > 1 and max(calls) <= REPLIES_PER_CALL
+    assert len(calls) > 1 and max(calls) <= SAMPLES_PER_CALL
     values = result.per_scenario
     for i in range(12):
         assert values["cic"][i] == pytest.approx(2.0)  # it follows every name it hears
@@ -258,7 +257,7 @@ def test_the_tiny_model_is_measured_through_its_backend() -> None:
     model, tokenizer = load_model(ModelSpec(kind="tiny"))
     backend = HFBackend(model, tokenizer)
     sampling = SamplingConfig(max_new_tokens=8, temperature=1.0, response_prefix=True)
-    sample = hf_sampler({"p": backend}, lambda agent: "p", sampling)
+    sample = reply_sampler({"p": backend}, lambda agent: "p", sampling)
     score = hf_scorer(backend, sampling=sampling)
     result = measure(lambda: make("signal-v1"), [0, 1, 2], sample, score, counterfactuals=2)
     for name in ("cic", "influence", "success", "null_success", "off_set"):
@@ -266,7 +265,7 @@ def test_the_tiny_model_is_measured_through_its_backend() -> None:
     assert all(0.0 <= v <= 2.0 + 1e-9 for v in result.per_scenario["cic"])
     assert all(0.0 <= v <= 1.0 for v in result.per_scenario["success"])
     # read by the parser: the tiny model's own replies, sampled and read as a step reads them
-    replies = hf_sampler({"p": backend}, lambda agent: "p", sampling, seed=1)
+    replies = reply_sampler({"p": backend}, lambda agent: "p", sampling, seed=1)
     parsed = measure(
         lambda: make("signal-v1"), [0, 1, 2], sample, None, counterfactuals=2,
         listener_replies=replies, replies=4,

@@ -78,7 +78,7 @@ def test_the_bench_tabulates_a_real_runs_speaker(tmp_path) -> None:
     )
     found = code_table.checkpoints_of(run, None)
     assert sorted(found) == [1]  # no warm-up: no step-0 checkpoint
-    config = code_table._saved_config(run)
+    config = code_table.saved_config(run)
     targets, messages = code_table.speaker_samples(found[1], config, 3, 2, seed=0)
     assert len(targets) == len(messages) == 3 * 4 * 2  # scenarios x candidates x samples
     # the base model as step 0 (no warm-up trained a speaker): its speaker before RL, on the
