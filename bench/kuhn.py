@@ -277,12 +277,17 @@ def clustered(values: list[float], measure: str | None = None) -> dict[str, floa
     return {"mean": mean, "low": low, "high": high, "seeds": len(values)}
 
 
-def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
-    """A condition's seed-clustered numbers, its goal check and its mean curve."""
+def aggregate(
+    runs: list[dict[str, Any]], condition: str, compare_step: int | None = None
+) -> dict[str, Any]:
+    """A condition's seed-clustered numbers, its goal check and its mean curve; with
+    ``compare_step``, also :func:`at_step` (what the updates after that step changed)."""
     mine = [r for r in runs if r["condition"] == condition]
     if not mine:
         return {}
     out: dict[str, Any] = {"seeds": [r["seed"] for r in mine]}
+    if compare_step is not None:
+        out["at_step"] = at_step(mine, compare_step)
     for name in METRICS:
         start = [r["start"][name] for r in mine]
         end = [r["end"][name] for r in mine]
@@ -308,6 +313,30 @@ def aggregate(runs: list[dict[str, Any]], condition: str) -> dict[str, Any]:
     out["wall_s_median"] = statistics.median(walls) if walls else None
     out["learner_turns_per_step"] = statistics.fmean(turns) if turns else None
     return out
+
+
+def at_step(mine: list[dict[str, Any]], step: int) -> dict[str, Any]:
+    """A budget comparison inside each run: the exploitability at update ``step`` (scored in
+    the same run, so the same seed, warm-up and first ``step`` updates as a run of ``step``
+    updates: the learning rate is constant), its goal check against the start, and the paired
+    change from it to the end (what the updates after ``step`` changed). A run not scored at
+    ``step`` is a ValueError naming it."""
+    values = []
+    for r in mine:
+        if step not in r["scored_steps"]:
+            raise ValueError(
+                f"{r['condition']} seed {r['seed']}: not scored at update {step} "
+                f"(scored at {r['scored_steps']}); --compare-step must be a multiple of --every"
+            )
+        values.append(r["curves"]["exploitability"][r["scored_steps"].index(step)])
+    start = [r["start"]["exploitability"] for r in mine]
+    end = [r["end"]["exploitability"] for r in mine]
+    return {
+        "step": step,
+        "exploitability": clustered(values, "exploitability"),
+        "goal": goal_check(start, values),
+        "change_after": paired(values, end),
+    }
 
 
 def goal_check(start: list[float], end: list[float]) -> dict[str, bool]:
@@ -426,6 +455,16 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"| {'-' if turns is None else f'{turns:.1f}'} | {_seconds(a['step_time_median_s'])} "
             f"| {_seconds(a['wall_s_median'])} |"
         )
+    for condition in CONDITIONS:
+        b = (table.get(condition) or {}).get("at_step")
+        if b:
+            lines += [
+                "",
+                f"{condition} at update {b['step']} of the same runs: exploitability "
+                f"{ci(b['exploitability'])} (goal {'met' if b['goal']['met'] else 'not met'} "
+                f"there); the updates after it changed it by {ci(b['change_after'], sign=True)} "
+                "(paired by seed).",
+            ]
     for condition in CONDITIONS:
         c = table.get(f"{condition}_vs_control")
         if c:
@@ -627,11 +666,22 @@ def main() -> None:
     parser.add_argument(
         "--parallel", type=int, default=None, help="runs at once (default: as the cores hold)"
     )
+    parser.add_argument(
+        "--compare-step",
+        type=int,
+        default=None,
+        help="also tabulate each run's exploitability at this update, paired with its end "
+        "(a budget comparison inside the same runs; a multiple of --every)",
+    )
     parser.add_argument("--no-train", action="store_true", help="tabulate the runs there only")
     parser.add_argument("extra", nargs="*", help="more marl train overrides for every run")
     args = parser.parse_args()
     if args.steps < 1 or args.every < 1:
         parser.error("--steps and --every must be at least 1")
+    if args.compare_step is not None and not 0 < args.compare_step < args.steps:
+        parser.error(f"--compare-step {args.compare_step}: must lie strictly between 0 and --steps")
+    if args.compare_step is not None and args.compare_step % args.every:
+        parser.error(f"--compare-step {args.compare_step}: must be a multiple of --every")
     defaults = Path(args.runs) == DEFAULT_RUNS or Path(args.out) == DEFAULT_OUT
     if (args.model != "smollm2" or args.extra) and defaults:
         parser.error(
@@ -652,7 +702,10 @@ def main() -> None:
     models = {r["model"] for r in runs}
     if len(models) > 1:
         raise SystemExit(f"{args.runs}: runs of several models ({', '.join(sorted(models))})")
-    table = {c: aggregate(runs, c) for c in args.conditions}
+    try:
+        table = {c: aggregate(runs, c, args.compare_step) for c in args.conditions}
+    except ValueError as error:
+        raise SystemExit(f"bench/kuhn.py: {error}") from None
     for condition in args.conditions:
         versus = against_control(runs, condition)
         if versus is not None:

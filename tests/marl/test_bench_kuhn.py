@@ -239,3 +239,22 @@ def test_every_condition_composes_into_a_valid_config_with_its_control(condition
     if condition == "selfplay_pool":
         mix = {kind: weight for kind, weight in config.league.mix.items() if weight > 0}
         assert set(mix) == {"latest", "uniform", "pfsp"} and config.league.snapshot_every == 5
+
+
+def test_a_budget_comparison_reads_each_run_at_an_earlier_update_paired_with_its_end() -> None:
+    """--compare-step: the exploitability at update 5 of the same runs (scored at 0, 5, 10),
+    its goal check against the start, and the paired change after it; a step no run scored
+    names the run."""
+    runs = [run("selfplay", s, a, b) for s, (a, b) in enumerate([(0.45, 0.15), (0.44, 0.16)])]
+    budget = kuhn.aggregate(runs, "selfplay", compare_step=5)["at_step"]
+    assert budget["step"] == 5
+    assert budget["exploitability"]["mean"] == pytest.approx((0.30 + 0.30) / 2)
+    assert budget["change_after"]["mean"] == pytest.approx(-0.145)
+    assert not budget["goal"]["end_at_most_half_of_start"]  # 0.30 > 0.445 / 2
+    text = kuhn.markdown({"selfplay": kuhn.aggregate(runs, "selfplay", 5)}, runs)
+    assert "selfplay at update 5 of the same runs: exploitability 0.300" in text
+    assert "(goal not met there)" in text
+    assert "aggregate" not in text and "changed it by -0.145" in text
+    with pytest.raises(ValueError, match="selfplay seed 0: not scored at update 7"):
+        kuhn.aggregate(runs, "selfplay", compare_step=7)
+    assert "at_step" not in kuhn.aggregate(runs, "selfplay")
