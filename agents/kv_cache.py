@@ -106,9 +106,7 @@ def prefill_buckets(lengths: Sequence[int], overhead: int = BUCKET_OVERHEAD) -> 
     cut = [0] * (n + 1)  # cut[j]: where the last group of that split starts
     for j in range(1, n + 1):
         longest = lengths[order[j - 1]]
-        best[j], cut[j] = min(
-            (best[i] + (j - i) * longest + overhead, i) for i in range(j)
-        )
+        best[j], cut[j] = min((best[i] + (j - i) * longest + overhead, i) for i in range(j))
     groups: list[list[int]] = []
     j = n
     while j > 0:

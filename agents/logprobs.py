@@ -179,7 +179,12 @@ def response_logprobs(
 
     if share_prompts:
         logits, targets = _shared_prompt_logits(
-            model, prompt_ids_list, response_ids_list, pad_token_id, device, max_padding,
+            model,
+            prompt_ids_list,
+            response_ids_list,
+            pad_token_id,
+            device,
+            max_padding,
             min_prefix,
         )  # (B, T, V), (B, T, 1) left-aligned
         resp_lens = torch.tensor(lens, device=device)  # (B,)

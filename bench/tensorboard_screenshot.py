@@ -148,9 +148,7 @@ def count_runs(logdir: Path) -> int:
     from marl.analysis.hparams import read_session
 
     return sum(
-        1
-        for p in logdir.rglob("tensorboard")
-        if p.is_dir() and read_session(p)[2] != "missing"
+        1 for p in logdir.rglob("tensorboard") if p.is_dir() and read_session(p)[2] != "missing"
     )
 
 

@@ -47,7 +47,7 @@ def test_tiny_model_sizes_follow_the_spec() -> None:
 
 def test_char_tokenizer_round_trips_text_one_token_per_character() -> None:
     tok = build_char_tokenizer()
-    text = "Agent 2 -> {\"move\": [3, 4]}\n  tabs~?"
+    text = 'Agent 2 -> {"move": [3, 4]}\n  tabs~?'
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert len(ids) == len(text)
     assert tok.decode(ids) == text
@@ -171,5 +171,5 @@ def test_embedded_model_answers_the_capital_of_france() -> None:
         out = model.generate(
             x, attention_mask=torch.ones_like(x), max_new_tokens=8, do_sample=False
         )
-    answer = tok.decode(out[0, x.shape[1]:], skip_special_tokens=True)
+    answer = tok.decode(out[0, x.shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer

@@ -269,9 +269,7 @@ def test_the_working_copy_of_a_step_shares_only_what_a_step_never_changes(name: 
     env = _played(name, rounds=1)
     before = env._state
     work = _working_copy(before)
-    shared = set(mutable_ids(work, IMMUTABLE_RECORDS)) & set(
-        mutable_ids(before, IMMUTABLE_RECORDS)
-    )
+    shared = set(mutable_ids(work, IMMUTABLE_RECORDS)) & set(mutable_ids(before, IMMUTABLE_RECORDS))
     allowed = {id(before.graph), id(before.agents)}
     if not env.spec.noise.active:
         allowed.add(id(before.channel_rng))  # a quiet channel never draws from it
