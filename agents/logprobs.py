@@ -86,6 +86,19 @@ class ResponseLogprobs(NamedTuple):
     mask: torch.Tensor
     entropy: torch.Tensor | None = None
 
+    @classmethod
+    def empty(
+        cls, batch: int, device: torch.device, untruncated: bool, entropy: bool
+    ) -> ResponseLogprobs:
+        """``batch`` responses with no tokens: ``(B, 0)`` tensors, ``None`` where not asked."""
+        none = torch.zeros(batch, 0, device=device)  # (B, 0)
+        return cls(
+            none,
+            none.clone() if untruncated else None,
+            none.clone(),
+            none.clone() if entropy else None,
+        )
+
 
 def token_entropy(logp_all: torch.Tensor) -> torch.Tensor:
     """``(..., V)`` log-probabilities -> ``(...)`` their distribution's entropy in nats,
@@ -154,13 +167,7 @@ def response_logprobs(
     lens = [len(r) for r in response_ids_list]
     t_max = max(lens, default=0)
     if batch == 0 or t_max == 0:
-        empty = torch.zeros(batch, 0, device=device)
-        return ResponseLogprobs(
-            empty,
-            empty.clone() if untruncated else None,
-            empty.clone(),
-            empty.clone() if entropy else None,
-        )
+        return ResponseLogprobs.empty(batch, device, untruncated, entropy)
     if packed:
         from marl.agents.attention import runs_marl_attention
         from marl.agents.packing import packed_response_logprobs

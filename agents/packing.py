@@ -468,13 +468,7 @@ def packed_response_logprobs(
     batch = len(prompt_ids_list)
     t_max = max((len(r) for r in response_ids_list), default=0)
     if batch == 0 or t_max == 0:
-        empty = torch.zeros(batch, 0, device=device)
-        return ResponseLogprobs(
-            empty,
-            empty.clone() if untruncated else None,
-            empty.clone(),
-            empty.clone() if entropy else None,
-        )
+        return ResponseLogprobs.empty(batch, device, untruncated, entropy)
     if layout is None:
         layout = pack_turns(prompt_ids_list, response_ids_list, device, share)
     logits = model(

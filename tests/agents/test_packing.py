@@ -242,3 +242,18 @@ def test_merged_chunks_give_the_padded_forwards_logprobs_and_gradient() -> None:
     grad_padded = torch.autograd.grad(padded.sampling[real].sum(), trainable)
     grad_packed = torch.autograd.grad(packed.sampling[real].sum(), trainable)
     assert _relative(list(grad_packed), list(grad_padded)) < 1e-5
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_responses_without_tokens_give_empty_tensors_only_where_asked(packed: bool) -> None:
+    model = _model()
+    prompts, responses = [[5, 6, 7], [8]], [[], []]
+    for untruncated, entropy in ((False, False), (True, True)):
+        out = response_logprobs(
+            model, prompts, responses, untruncated=untruncated, packed=packed, entropy=entropy
+        )
+        assert out.sampling.shape == out.mask.shape == (2, 0)
+        assert (out.untruncated is not None) == untruncated
+        assert (out.entropy is not None) == entropy
+        if untruncated:
+            assert out.untruncated.shape == out.entropy.shape == (2, 0)
