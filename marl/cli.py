@@ -205,12 +205,15 @@ def _hydra(command: str, config_name: str, task: Callable, args: Sequence[str]) 
 
 _NO_KEY = re.compile(r"Could not override '(?P<key>[^']+)'")
 _NO_OPTION = re.compile(r"Could not find '(?P<group>[^']+)/(?P<name>[^'/]+)'")
+_BAD_VALUE = re.compile(r"Error merging override (?P<override>\S+)")
 
 
 def override_error(exc: BaseException) -> str:
     """One line for an override Hydra could not apply: the key or the group, and the nearest
     valid names (``train.stepz: no such key; did you mean train.steps?``,
-    ``algo=ppo: algo has no option ppo; its options: dr_grpo, grpo, ...``)."""
+    ``algo=ppo: algo has no option ppo; its options: dr_grpo, grpo, ...``), or the override
+    and why its value does not fit (``train.steps=abc: Value 'abc' of type 'str' could not be
+    converted to Integer``)."""
     import difflib
 
     text = str(exc)
@@ -230,6 +233,10 @@ def override_error(exc: BaseException) -> str:
         hint = f"; did you mean {group}={close[0]}?" if close else ""
         listed = f"; its options: {', '.join(options)}" if options else ""
         return f"{group}={name}: {group} has no option {name}{listed}{hint}"
+    value = _BAD_VALUE.search(text)
+    cause = str(exc.__cause__ or "").strip().splitlines()
+    if value and cause:  # a value of the wrong type: OmegaConf says which and why
+        return f"{value.group('override')}: {cause[0].strip()}"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
 

@@ -27,8 +27,9 @@ def marl(marl_cli):
         (["train", "train.stepz=3"], "error: train.stepz: no such key ("),
         (["play", "sampling.temprature=0.5"], "error: sampling.temprature: no such key ("),
         (["train", "algo=ppo"], "error: algo=ppo: algo has no option ppo; its options: "),
+        (["train", "train.steps=abc"], "error: train.steps=abc: Value 'abc' of type 'str' "),
     ],
-    ids=["train-key", "play-key", "group-option"],
+    ids=["train-key", "play-key", "group-option", "value-type"],
 )
 def test_an_override_mistake_is_one_line(
     marl, args: list[str], expected: str, tmp_path: Path
@@ -57,3 +58,8 @@ def test_the_nearest_key_and_option_are_suggested() -> None:
         "algo=grpp: algo has no option grpp; its options: grpo, gspo; did you mean algo=grpo?"
     )
     assert override_error(Failed("something else\nand more")) == "something else"
+    wrong = Failed("Error merging override logging.progress=maybe")
+    wrong.__cause__ = ValueError("Value 'maybe' is not a valid bool (type str)\n    full_key: x")
+    assert override_error(wrong) == (
+        "logging.progress=maybe: Value 'maybe' is not a valid bool (type str)"
+    )
