@@ -126,6 +126,8 @@ LABELS = {
     "vs_random": "against the random bot",
     "selfplay_pool": "self-play against a pool of its past snapshots (card restated)",
 }
+# the average of the scored tables (marl/competition/exploitability_log.py), where logged
+AVERAGE = "league/exploitability_average"
 # short name -> TensorBoard tag (marl/competition/exploitability_log.py)
 METRICS = {
     "exploitability": "league/exploitability",
@@ -215,9 +217,13 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
     step_times = scalars.get("perf/step_time", [])
     turns = scalars.get("policies/shared/turns", [])
     failures = scalars.get(PARSE_FAILURES, [])[-LAST:]
+    average = scalars.get(AVERAGE, [])
     return {
         "condition": condition,
         "seed": seed,
+        # runs since the tag exists: the exploitability of the average of the tables scored
+        # so far, at the scored steps (fictitious play's average strategy)
+        "average": [average[s] for s in scored] if len(average) == steps + 1 else None,
         "command": run_command(where),
         "model": config["model"]["kind"],
         "steps": steps,
@@ -288,6 +294,8 @@ def aggregate(
     out: dict[str, Any] = {"seeds": [r["seed"] for r in mine]}
     if compare_step is not None:
         out["at_step"] = at_step(mine, compare_step)
+    if all(r.get("average") for r in mine):
+        out["average"] = average_of_iterates(mine)
     for name in METRICS:
         start = [r["start"][name] for r in mine]
         end = [r["end"][name] for r in mine]
@@ -336,6 +344,20 @@ def at_step(mine: list[dict[str, Any]], step: int) -> dict[str, Any]:
         "exploitability": clustered(values, "exploitability"),
         "goal": goal_check(start, values),
         "change_after": paired(values, end),
+    }
+
+
+def average_of_iterates(mine: list[dict[str, Any]]) -> dict[str, Any]:
+    """The average policy at the end (the average of every table the run scored, step 0
+    included): its exploitability, the goal checked on it against the start, and the paired
+    difference from the last iterate's (average - last)."""
+    start = [r["start"]["exploitability"] for r in mine]
+    last = [r["end"]["exploitability"] for r in mine]
+    average = [r["average"][-1] for r in mine]
+    return {
+        "exploitability": clustered(average, "exploitability"),
+        "goal": goal_check(start, average),
+        "minus_last": paired(last, average),
     }
 
 
@@ -455,6 +477,16 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"| {'-' if turns is None else f'{turns:.1f}'} | {_seconds(a['step_time_median_s'])} "
             f"| {_seconds(a['wall_s_median'])} |"
         )
+    for condition in CONDITIONS:
+        v = (table.get(condition) or {}).get("average")
+        if v:
+            lines += [
+                "",
+                f"{condition}, the average of each run's scored tables at the end (a hand played "
+                f"by one of them drawn at random): exploitability {ci(v['exploitability'])} "
+                f"(goal {'met' if v['goal']['met'] else 'not met'}); minus the last iterate's, "
+                f"paired by seed: {ci(v['minus_last'], sign=True)}.",
+            ]
     for condition in CONDITIONS:
         b = (table.get(condition) or {}).get("at_step")
         if b:

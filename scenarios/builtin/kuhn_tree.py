@@ -25,6 +25,9 @@ so one table is a self-play profile, and a pair of tables (seat 0's, seat 1's) i
   ``exploitability.exploitability``: NashConv sums, over the seats, what a best response gains
   over the profile's own value; exploitability is NashConv / 2 (two players, zero-sum). In
   chips a hand: 0 at a Nash equilibrium, 11/24 for the uniform random policy.
+- :func:`average_policy`: the mixture of several policies (one drawn at random each hand) as
+  one table, each policy weighted by its own chance of reaching the information set:
+  fictitious play's average strategy.
 - Constructors: :func:`uniform_policy`, :func:`aggressive_policy` (always bet, always call),
   :func:`passive_policy` (always check, always fold), :func:`nash_policy` (Kuhn's equilibrium
   family, the rule bot's at ``alpha`` 1/6), and :func:`policy_from`, which tabulates any
@@ -68,6 +71,7 @@ __all__ = [
     "RULE_BOT_ALPHA",
     "TabularPolicy",
     "aggressive_policy",
+    "average_policy",
     "best_response",
     "chips_by_seat",
     "deal_value",
@@ -247,6 +251,29 @@ def _reach(policy: TabularPolicy, seat: int, card: str, history: str) -> float:
         p = policy[card + history[:i]]
         reach *= p if history[i] == "b" else 1 - p
     return reach
+
+
+def average_policy(policies: Sequence[TabularPolicy]) -> TabularPolicy:
+    """The policy that plays as a uniform draw of one of ``policies`` for the whole hand: at
+    each information set, the policies' probabilities weighted by each one's own chance of
+    making its seat's moves to that set (Kuhn's theorem: a mixture of behaviour strategies is a
+    behaviour strategy of these weights; fictitious play's average strategy, Heinrich, Lanctot
+    and Silver 2015). Against any opponent it wins the mean of what the policies win. Where no
+    policy reaches a set, the plain mean. An empty sequence is refused."""
+    if not policies:
+        raise ValueError("average_policy needs at least one policy")
+
+    def mean(key: str) -> float:
+        card, history = _split(key)
+        seat = seat_of(key)
+        weights = [_reach(p, seat, card, history) for p in policies]
+        total = sum(weights)
+        if total == 0:
+            return sum(p[key] for p in policies) / len(policies)
+        average = sum(w * p[key] for w, p in zip(weights, policies)) / total
+        return min(max(average, 0), 1)  # a float sum may round just past [0, 1]
+
+    return policy_from(mean)
 
 
 def best_response(policy: TabularPolicy, seat: int) -> tuple[TabularPolicy, float]:

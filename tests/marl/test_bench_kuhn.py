@@ -258,3 +258,17 @@ def test_a_budget_comparison_reads_each_run_at_an_earlier_update_paired_with_its
     with pytest.raises(ValueError, match="selfplay seed 0: not scored at update 7"):
         kuhn.aggregate(runs, "selfplay", compare_step=7)
     assert "at_step" not in kuhn.aggregate(runs, "selfplay")
+
+
+def test_the_average_of_the_iterates_is_tabulated_beside_the_last_where_logged() -> None:
+    runs = [run("selfplay", s, 0.45, 0.33) for s in range(3)]
+    assert "average" not in kuhn.aggregate(runs, "selfplay")  # runs from before the tag
+    for seed, r in enumerate(runs):
+        r["average"] = [0.45, 0.30, 0.20 + 0.01 * seed]
+    average = kuhn.aggregate(runs, "selfplay")["average"]
+    assert average["exploitability"]["mean"] == pytest.approx(0.21)
+    assert average["minus_last"]["mean"] == pytest.approx(0.21 - 0.33)
+    assert average["goal"]["end_at_most_half_of_start"]  # 0.21 <= 0.225
+    text = kuhn.markdown({"selfplay": kuhn.aggregate(runs, "selfplay")}, runs)
+    assert "the average of each run's scored tables at the end" in text
+    assert "exploitability 0.210 [" in text
