@@ -64,9 +64,15 @@ and a run ~9 minutes with the warm-up and the 7 exact scorings.
     .venv/bin/python bench/kuhn.py                        # train what is missing, tabulate
     .venv/bin/python bench/kuhn.py --no-train             # tabulate the runs there
     .venv/bin/python bench/kuhn.py --conditions selfplay --seeds 0      # one run
+    .venv/bin/python bench/kuhn.py --conditions selfplay --steps 60 --compare-step 30 \
+        --runs runs/kuhn_budget --out bench/results/kuhn_budget model.dtype=float32
+                                                          # a budget: update 30 of the same runs
     .venv/bin/python bench/kuhn.py --model tiny --steps 2 --seeds 0 --every 1 --threads 1 \\
         --runs /tmp/kuhn_runs --out /tmp/kuhn_out train.seeds_per_step=1 warmup.steps=1
                                                           # a wiring check with the tiny model
+
+Runs that log ``league/exploitability_average`` (since 2026-12-07) also get the average of
+their scored tables at the end beside the last iterate (fictitious play's average strategy).
 
 Writes ``--out`` (bench/results/kuhn/): summary.json (per run: command, curves, start/end; per
 condition: the seed-clustered numbers and the goal check; per run the final table, cached in
