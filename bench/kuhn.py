@@ -443,6 +443,34 @@ def ci(x: dict[str, float] | None, digits: int = 3, sign: bool = False) -> str:
     return f"{f.format(x['mean'])} [{f.format(x['low'])}, {f.format(x['high'])}]"
 
 
+def _goal_word(check: dict[str, bool]) -> str:
+    return "met" if check["met"] else "not met"
+
+
+def _beside_the_end(condition: str, a: dict[str, Any]) -> list[str]:
+    """The sentences under the table for a condition's average of iterates and its budget
+    comparison, where it has them."""
+    lines = []
+    if a.get("average"):
+        v = a["average"]
+        lines += [
+            "",
+            f"{condition}, the average of each run's scored tables at the end (a hand played by "
+            f"one of them drawn at random): exploitability {ci(v['exploitability'])} (goal "
+            f"{_goal_word(v['goal'])}); minus the last iterate's, paired by seed: "
+            f"{ci(v['minus_last'], sign=True)}.",
+        ]
+    if a.get("at_step"):
+        b = a["at_step"]
+        lines += [
+            "",
+            f"{condition} at update {b['step']} of the same runs: exploitability "
+            f"{ci(b['exploitability'])} (goal {_goal_word(b['goal'])} there); the updates after "
+            f"it changed it by {ci(b['change_after'], sign=True)} (paired by seed).",
+        ]
+    return lines
+
+
 def _seconds(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
@@ -484,25 +512,7 @@ def markdown(table: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"| {_seconds(a['wall_s_median'])} |"
         )
     for condition in CONDITIONS:
-        v = (table.get(condition) or {}).get("average")
-        if v:
-            lines += [
-                "",
-                f"{condition}, the average of each run's scored tables at the end (a hand played "
-                f"by one of them drawn at random): exploitability {ci(v['exploitability'])} "
-                f"(goal {'met' if v['goal']['met'] else 'not met'}); minus the last iterate's, "
-                f"paired by seed: {ci(v['minus_last'], sign=True)}.",
-            ]
-    for condition in CONDITIONS:
-        b = (table.get(condition) or {}).get("at_step")
-        if b:
-            lines += [
-                "",
-                f"{condition} at update {b['step']} of the same runs: exploitability "
-                f"{ci(b['exploitability'])} (goal {'met' if b['goal']['met'] else 'not met'} "
-                f"there); the updates after it changed it by {ci(b['change_after'], sign=True)} "
-                "(paired by seed).",
-            ]
+        lines += _beside_the_end(condition, table.get(condition) or {})
     for condition in CONDITIONS:
         c = table.get(f"{condition}_vs_control")
         if c:
