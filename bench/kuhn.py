@@ -343,27 +343,26 @@ def at_step(mine: list[dict[str, Any]], step: int) -> dict[str, Any]:
                 f"(scored at {r['scored_steps']}); --compare-step must be a multiple of --every"
             )
         values.append(r["curves"]["exploitability"][r["scored_steps"].index(step)])
-    start = [r["start"]["exploitability"] for r in mine]
     end = [r["end"]["exploitability"] for r in mine]
-    return {
-        "step": step,
-        "exploitability": clustered(values, "exploitability"),
-        "goal": goal_check(start, values),
-        "change_after": paired(values, end),
-    }
+    return {"step": step, **_as_an_end(mine, values), "change_after": paired(values, end)}
 
 
 def average_of_iterates(mine: list[dict[str, Any]]) -> dict[str, Any]:
     """The average policy at the end (the average of every table the run scored, step 0
     included): its exploitability, the goal checked on it against the start, and the paired
     difference from the last iterate's (average - last)."""
-    start = [r["start"]["exploitability"] for r in mine]
     last = [r["end"]["exploitability"] for r in mine]
     average = [r["average"][-1] for r in mine]
+    return {**_as_an_end(mine, average), "minus_last": paired(last, average)}
+
+
+def _as_an_end(mine: list[dict[str, Any]], values: list[float]) -> dict[str, Any]:
+    """Per-seed exploitabilities read as the runs' end: seed-clustered, and the goal checked
+    against each run's start."""
+    start = [r["start"]["exploitability"] for r in mine]
     return {
-        "exploitability": clustered(average, "exploitability"),
-        "goal": goal_check(start, average),
-        "minus_last": paired(last, average),
+        "exploitability": clustered(values, "exploitability"),
+        "goal": goal_check(start, values),
     }
 
 
@@ -450,25 +449,23 @@ def _goal_word(check: dict[str, bool]) -> str:
 def _beside_the_end(condition: str, a: dict[str, Any]) -> list[str]:
     """The sentences under the table for a condition's average of iterates and its budget
     comparison, where it has them."""
-    lines = []
+    sentences = []
     if a.get("average"):
         v = a["average"]
-        lines += [
-            "",
+        sentences.append(
             f"{condition}, the average of each run's scored tables at the end (a hand played by "
             f"one of them drawn at random): exploitability {ci(v['exploitability'])} (goal "
             f"{_goal_word(v['goal'])}); minus the last iterate's, paired by seed: "
-            f"{ci(v['minus_last'], sign=True)}.",
-        ]
+            f"{ci(v['minus_last'], sign=True)}."
+        )
     if a.get("at_step"):
         b = a["at_step"]
-        lines += [
-            "",
+        sentences.append(
             f"{condition} at update {b['step']} of the same runs: exploitability "
             f"{ci(b['exploitability'])} (goal {_goal_word(b['goal'])} there); the updates after "
-            f"it changed it by {ci(b['change_after'], sign=True)} (paired by seed).",
-        ]
-    return lines
+            f"it changed it by {ci(b['change_after'], sign=True)} (paired by seed)."
+        )
+    return [line for sentence in sentences for line in ("", sentence)]
 
 
 def _seconds(x: float | None) -> str:

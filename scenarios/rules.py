@@ -52,9 +52,11 @@ class ScenarioInfo:
     payoff_unit: str | None = None
     # The dotted name of a module that holds the game's exact tree, for two-player games small
     # enough to solve (None: the game declares none). The module offers ``supports(params)``,
-    # ``INFO_SETS``, ``info_set_of(info)``, ``reach_info_set(env, key)``, ``policy_from(prob)``,
-    # ``expected_value``, ``best_response``, ``nash_conv`` and ``exploitability``; read it with
-    # :func:`game_tree`. A name, not the module: this object stays plain data.
+    # ``INFO_SETS``, ``MOVES``, ``seat_of(key)``, ``info_set_of(info)``,
+    # ``reach_info_set(env, key)``, ``policy_from(prob)``, ``nash_policy``, ``uniform_policy``,
+    # ``average_policy(policies)``, ``chips_by_seat``, ``expected_value``, ``best_response``,
+    # ``nash_conv`` and ``exploitability``; read it with :func:`game_tree`. A name, not the
+    # module: this object stays plain data.
     tree: str | None = None
 
 

@@ -248,10 +248,10 @@ def test_merged_chunks_give_the_padded_forwards_logprobs_and_gradient() -> None:
 def test_responses_without_tokens_give_empty_tensors_only_where_asked(packed: bool) -> None:
     model = _model()
     prompts, responses = [[5, 6, 7], [8]], [[], []]
+    # packed: the packed path's own entry (response_logprobs returns before reaching it)
+    logprobs = packed_response_logprobs if packed else response_logprobs
     for untruncated, entropy in ((False, False), (True, True)):
-        out = response_logprobs(
-            model, prompts, responses, untruncated=untruncated, packed=packed, entropy=entropy
-        )
+        out = logprobs(model, prompts, responses, untruncated=untruncated, entropy=entropy)
         assert out.sampling.shape == out.mask.shape == (2, 0)
         assert (out.untruncated is not None) == untruncated
         assert (out.entropy is not None) == entropy
