@@ -8,6 +8,9 @@ card restated before the move and a malformed reply costing 1.5 chips):
 
   selfplay        ``league=selfplay``: the learner plays both seats, both trained (SPIRAL's
                   setup).
+  selfplay_hands64  the same with 4x the hands an update (16 deals of 4 hands), all in one
+                  optimizer step: the signal's noise, not the number of steps; its control is
+                  ``selfplay``.
   selfplay_blind  the same with ``params.restate_card=false``: the card only in the
                   observation, the card-blind control trained in the same experiment.
   vs_nash         ``league=bot_rule``: against the scenario's rule bot, a Nash equilibrium
@@ -124,6 +127,14 @@ CONDITIONS: dict[str, list[str]] = {
         "league.mix.bot_random=0",
         "league.mix.bot_rule=0",
     ],
+    # the signal: 4x the hands an update (16 deals of 4 hands: 64 hands, ~144 turns in
+    # self-play), still one optimizer step an update (a minibatch holds every turn), so the
+    # number and size of the steps match `selfplay` and only the gradient's noise changes
+    "selfplay_hands64": [
+        "league=selfplay",
+        "train.seeds_per_step=16",
+        "algo.minibatch_size=256",
+    ],
 }
 LABELS = {
     "selfplay": "self-play, card restated (league, GRPO, KL anchor)",
@@ -131,6 +142,7 @@ LABELS = {
     "vs_nash": "against the Nash bot",
     "vs_random": "against the random bot",
     "selfplay_pool": "self-play against a pool of its past snapshots (card restated)",
+    "selfplay_hands64": "self-play, 64 hands an update in one optimizer step (card restated)",
 }
 # the average of the scored tables (marl/competition/exploitability_log.py), where logged
 AVERAGE = "league/exploitability_average"
@@ -156,7 +168,11 @@ UNIFORM = 11 / 24  # the uniform random policy's exploitability (NashConv 11/12)
 CARD_BLIND_FLOOR = 1 / 3  # no card-blind policy is less exploitable (card_blind_facts)
 READS_CARD = 0.25  # a run reads its card: final card spread >= this (pre-registered, issue 40)
 # a condition -> its concurrent control
-CONTROL = {"selfplay": "selfplay_blind", "selfplay_pool": "selfplay"}
+CONTROL = {
+    "selfplay": "selfplay_blind",
+    "selfplay_pool": "selfplay",
+    "selfplay_hands64": "selfplay",
+}
 GRID = 10  # card-blind policies searched on a grid of step 1/GRID per betting history
 DEFAULT_RUNS = ROOT / "runs" / "kuhn_card"  # issue 40's experiment (the card restated)
 DEFAULT_OUT = ROOT / "bench" / "results" / "kuhn_card"
