@@ -11,6 +11,8 @@ card restated before the move and a malformed reply costing 1.5 chips):
   selfplay_hands64  the same with 4x the hands an update (16 deals of 4 hands), all in one
                   optimizer step: the signal's noise, not the number of steps; its control is
                   ``selfplay``.
+  selfplay_hands256  the same with 16x the hands (64 deals of 4 hands); its control is
+                  ``selfplay_hands64``.
   selfplay_blind  the same with ``params.restate_card=false``: the card only in the
                   observation, the card-blind control trained in the same experiment.
   vs_nash         ``league=bot_rule``: against the scenario's rule bot, a Nash equilibrium
@@ -135,6 +137,14 @@ CONDITIONS: dict[str, list[str]] = {
         "train.seeds_per_step=16",
         "algo.minibatch_size=256",
     ],
+    # 16x the hands (64 deals of 4: 256 hands, ~576 turns), still one optimizer step an update
+    # (registered after selfplay_hands64 helped but missed the goal); its control is
+    # selfplay_hands64
+    "selfplay_hands256": [
+        "league=selfplay",
+        "train.seeds_per_step=64",
+        "algo.minibatch_size=1024",
+    ],
 }
 LABELS = {
     "selfplay": "self-play, card restated (league, GRPO, KL anchor)",
@@ -143,6 +153,7 @@ LABELS = {
     "vs_random": "against the random bot",
     "selfplay_pool": "self-play against a pool of its past snapshots (card restated)",
     "selfplay_hands64": "self-play, 64 hands an update in one optimizer step (card restated)",
+    "selfplay_hands256": "self-play, 256 hands an update in one optimizer step (card restated)",
 }
 # the average of the scored tables (marl/competition/exploitability_log.py), where logged
 AVERAGE = "league/exploitability_average"
@@ -172,6 +183,7 @@ CONTROL = {
     "selfplay": "selfplay_blind",
     "selfplay_pool": "selfplay",
     "selfplay_hands64": "selfplay",
+    "selfplay_hands256": "selfplay_hands64",
 }
 GRID = 10  # card-blind policies searched on a grid of step 1/GRID per betting history
 DEFAULT_RUNS = ROOT / "runs" / "kuhn_card"  # issue 40's experiment (the card restated)

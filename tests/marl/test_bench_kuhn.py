@@ -239,9 +239,10 @@ def test_every_condition_composes_into_a_valid_config_with_its_control(condition
     if condition == "selfplay_pool":
         mix = {kind: weight for kind, weight in config.league.mix.items() if weight > 0}
         assert set(mix) == {"latest", "uniform", "pfsp"} and config.league.snapshot_every == 5
-    if condition == "selfplay_hands64":  # 64 hands (~144 self-play turns) in one step
-        hands = config.train.seeds_per_step * config.train.group_size
-        assert hands == 64 and config.algo.minibatch_size >= 3 * hands
+    hands = config.train.seeds_per_step * config.train.group_size
+    if condition.startswith("selfplay_hands"):  # N hands (~2.25 N self-play turns) in one step
+        assert hands == int(condition.removeprefix("selfplay_hands"))
+        assert config.algo.minibatch_size >= 3 * hands
 
 
 def test_a_budget_comparison_reads_each_run_at_an_earlier_update_paired_with_its_end() -> None:
