@@ -3,15 +3,17 @@ exploitability of what it learned, 5 seeds per condition.
 
 Conditions (each ``marl train --config-name kuhn``: configs/kuhn.yaml, SmolLM2-135M full
 fine-tuning, one policy on both seats, GRPO over groups of 4 hands on one deal with a KL anchor
-to the warmed-up model, 16 hands an iteration, a format-only warm-up first; since issue 40 the
-card restated before the move and a malformed reply costing 1.5 chips):
+to the warmed-up model, 256 hands an iteration in one optimizer step, a format-only warm-up
+first; since issue 40 the card restated before the move and a malformed reply costing 1.5 chips;
+until 2026-12-07 16 hands an iteration, below):
 
   selfplay        ``league=selfplay``: the learner plays both seats, both trained (SPIRAL's
                   setup).
-  selfplay_hands64  the same with 4x the hands an update (16 deals of 4 hands), all in one
-                  optimizer step: the signal's noise, not the number of steps; its control is
-                  ``selfplay``.
-  selfplay_hands256  the same with 16x the hands (64 deals of 4 hands); its control is
+  selfplay_hands16  the same with 16 hands an update (4 deals of 4 hands), the shipped size
+                  until 2026-12-07: the ``selfplay`` of the experiments trained before.
+  selfplay_hands64  64 hands an update (16 deals of 4), all in one optimizer step: the signal's
+                  noise, not the number of steps; its control is ``selfplay_hands16``.
+  selfplay_hands256  256 hands (64 deals of 4), today's default, named; its control is
                   ``selfplay_hands64``.
   selfplay_blind  the same with ``params.restate_card=false``: the card only in the
                   observation, the card-blind control trained in the same experiment.
@@ -25,6 +27,9 @@ runs/kuhn_card, tabulated in bench/results/kuhn_card/). Issue 27's 15 runs (benc
 were trained before the defaults changed; they are reproduced with
 ``--runs runs/kuhn5 --out bench/results/kuhn --conditions selfplay vs_nash vs_random --
 scenario.overrides.params.restate_card=false scenario.overrides.reward.malformed_penalty=-1.0``.
+Every experiment registered before 2026-12-07 19:58 UTC trained 16 hands an iteration (the
+hands experiment excepted, whose conditions name their sizes): add ``train.seeds_per_step=4
+algo.minibatch_size=64`` to its command to reproduce it.
 
 The warm-up (configs/kuhn.yaml ``warmup:``) imitates the ``format`` bot, which for Kuhn Poker
 is the random bot: it teaches the reply format (one move word, then the end of the turn) with
@@ -58,13 +63,13 @@ caps it). Runs live under ``--runs``/<condition>/seed<k>; each writes ``wall_s.j
 events (from the launcher's record). ``--steps`` says which checkpoint is final,
 also with ``--no-train``.
 
-Sizes (configs/kuhn.yaml): an iteration plays 16 hands (~36 turns in self-play, ~18 learner
+Sizes (configs/kuhn.yaml): an iteration plays 256 hands (~576 turns in self-play, ~290 learner
 turns against a bot) and takes one optimizer step on the full model. Kuhn Poker shows a player
 only 12 distinct observations after one system prompt, so generation and the update run each
 distinct prompt once (``share_prompts``). The table reports each condition's median
-``perf/step_time`` and run time: on the 2-core CPU here a self-play iteration took ~10-13 s
-(the update, forward and backward over 135M parameters and the AdamW step, is most of it),
-and a run ~9 minutes with the warm-up and the 7 exact scorings.
+``perf/step_time`` and run time: on a 2-core Zen 5 EPYC, one thread a run and two runs at a
+time, a self-play iteration took ~20 s at 256 hands (9.6 s at 64, 7.5 s at 16), and a run ~13
+minutes with the warm-up and the 7 exact scorings.
 
     .venv/bin/python bench/kuhn.py                        # train what is missing, tabulate
     .venv/bin/python bench/kuhn.py --no-train             # tabulate the runs there
@@ -129,17 +134,23 @@ CONDITIONS: dict[str, list[str]] = {
         "league.mix.bot_random=0",
         "league.mix.bot_rule=0",
     ],
+    # the size shipped until 2026-12-07: 16 hands (4 deals of 4), ~36 self-play turns in one step
+    "selfplay_hands16": [
+        "league=selfplay",
+        "train.seeds_per_step=4",
+        "algo.minibatch_size=64",
+    ],
     # the signal: 4x the hands an update (16 deals of 4 hands: 64 hands, ~144 turns in
     # self-play), still one optimizer step an update (a minibatch holds every turn), so the
-    # number and size of the steps match `selfplay` and only the gradient's noise changes
+    # number and size of the steps match `selfplay_hands16` and only the gradient's noise changes
     "selfplay_hands64": [
         "league=selfplay",
         "train.seeds_per_step=16",
         "algo.minibatch_size=256",
     ],
     # 16x the hands (64 deals of 4: 256 hands, ~576 turns), still one optimizer step an update
-    # (registered after selfplay_hands64 helped but missed the goal); its control is
-    # selfplay_hands64
+    # (registered after selfplay_hands64 helped but missed the goal; the shipped default since
+    # it met it); its control is selfplay_hands64
     "selfplay_hands256": [
         "league=selfplay",
         "train.seeds_per_step=64",
@@ -152,6 +163,7 @@ LABELS = {
     "vs_nash": "against the Nash bot",
     "vs_random": "against the random bot",
     "selfplay_pool": "self-play against a pool of its past snapshots (card restated)",
+    "selfplay_hands16": "self-play, 16 hands an update in one optimizer step (card restated)",
     "selfplay_hands64": "self-play, 64 hands an update in one optimizer step (card restated)",
     "selfplay_hands256": "self-play, 256 hands an update in one optimizer step (card restated)",
 }
@@ -182,7 +194,7 @@ READS_CARD = 0.25  # a run reads its card: final card spread >= this (pre-regist
 CONTROL = {
     "selfplay": "selfplay_blind",
     "selfplay_pool": "selfplay",
-    "selfplay_hands64": "selfplay",
+    "selfplay_hands64": "selfplay_hands16",
     "selfplay_hands256": "selfplay_hands64",
 }
 GRID = 10  # card-blind policies searched on a grid of step 1/GRID per betting history
