@@ -119,6 +119,19 @@ from marl.scenarios.builtin import kuhn_tree  # noqa: E402
 from marl.scenarios.builtin.kuhn_tree import INFO_SETS, nash_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _selfplay_hands(hands: int) -> list[str]:
+    """Self-play with ``hands`` hands an update (deals of configs/kuhn.yaml's 4 hands) in one
+    optimizer step: a minibatch of ``4 * hands`` turns holds every turn (at most 3 a hand), so
+    the number and size of the steps stay the same and only the gradient's noise changes."""
+    return [
+        "league=selfplay",
+        f"train.seeds_per_step={hands // 4}",
+        f"algo.minibatch_size={4 * hands}",
+    ]
+
+
 CONDITIONS: dict[str, list[str]] = {
     "selfplay": ["league=selfplay"],
     # the card-blind control: self-play as above with the card only in the observation
@@ -134,28 +147,9 @@ CONDITIONS: dict[str, list[str]] = {
         "league.mix.bot_random=0",
         "league.mix.bot_rule=0",
     ],
-    # the size shipped until 2026-12-07: 16 hands (4 deals of 4), ~36 self-play turns in one step
-    "selfplay_hands16": [
-        "league=selfplay",
-        "train.seeds_per_step=4",
-        "algo.minibatch_size=64",
-    ],
-    # the signal: 4x the hands an update (16 deals of 4 hands: 64 hands, ~144 turns in
-    # self-play), still one optimizer step an update (a minibatch holds every turn), so the
-    # number and size of the steps match `selfplay_hands16` and only the gradient's noise changes
-    "selfplay_hands64": [
-        "league=selfplay",
-        "train.seeds_per_step=16",
-        "algo.minibatch_size=256",
-    ],
-    # 16x the hands (64 deals of 4: 256 hands, ~576 turns), still one optimizer step an update
-    # (registered after selfplay_hands64 helped but missed the goal; the shipped default since
-    # it met it); its control is selfplay_hands64
-    "selfplay_hands256": [
-        "league=selfplay",
-        "train.seeds_per_step=64",
-        "algo.minibatch_size=1024",
-    ],
+    # the hands experiment (docs/competition.md): 16 hands, the size shipped until 2026-12-07;
+    # 64, 4x the signal; 256, the default since it met the goal. Each control: the size below
+    **{f"selfplay_hands{n}": _selfplay_hands(n) for n in (16, 64, 256)},
 }
 LABELS = {
     "selfplay": "self-play, card restated (league, GRPO, KL anchor)",
