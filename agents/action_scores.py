@@ -53,12 +53,16 @@ class ActionScores:
               the padding.
     mass:     ``(P,)``: the sum of ``exp(logprobs)`` over each prompt's set, unnormalised: the
               model's probability of replying exactly one of the listed texts.
+    tokens:   per prompt, per action: the scored token ids (:func:`reply_ids`) and each one's
+              log-probability, whose sum is ``logprobs[i, j]``: what a scored choice records as
+              its reply (:mod:`marl.agents.generation`).
     """
 
     actions: tuple[tuple[str, ...], ...]
     logprobs: torch.Tensor
     probs: torch.Tensor
     mass: torch.Tensor
+    tokens: tuple[tuple[tuple[tuple[int, ...], tuple[float, ...]], ...], ...] = ()
 
     @property
     def off_set(self) -> torch.Tensor:
@@ -133,6 +137,7 @@ def action_scores(
         )
     token_logp, mask = scored.sampling, scored.mask  # (R, T), (R, T) with R = all actions
     sums = (token_logp.double() * mask.double()).sum(dim=1).cpu()  # (R,)
+    per_token = token_logp.float().cpu().tolist()  # R rows of T; row r's first len(reply) count
     width = max(len(a) for a in actions)  # A
     logprobs = torch.full((len(prompts), width), -math.inf, dtype=torch.float64)  # (P, A)
     start = 0
@@ -141,4 +146,9 @@ def action_scores(
         start += len(legal)
     mass = logprobs.exp().sum(dim=1)  # (P,) exp(-inf) = 0 on the padding
     probs = torch.softmax(logprobs, dim=1)  # (P, A) 0 on the padding
-    return ActionScores(tuple(tuple(a) for a in actions), logprobs, probs, mass)
+    rows = iter(zip(rows_reply, per_token))
+    tokens = tuple(
+        tuple((tuple(ids), tuple(lp[: len(ids)])) for ids, lp in (next(rows) for _ in legal))
+        for legal in actions
+    )
+    return ActionScores(tuple(tuple(a) for a in actions), logprobs, probs, mass, tokens)

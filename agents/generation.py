@@ -34,17 +34,23 @@ A policy may sample at a temperature of its own (``policies.<id>.temperature``):
 passes ``temperatures`` (policy id -> temperature, where it differs from
 ``sampling.temperature``). Views of one base that sample at different temperatures then go to
 the base in one call per temperature, since one call samples at one.
+
+A policy may answer a finite-choice turn by scoring its legal texts instead
+(``policies.<id>.choice: scored``; the caller passes ``scored``, the ids of such policies): a
+request whose info lists ``choices`` then gets one of them, drawn by its scores
+(:mod:`marl.agents.scored_choice`), and every other request of the policy is sampled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from marl.agents.backends import Generation, PolicyBackend, SamplingConfig, backend_target
 from marl.agents.context import backend_context, check_fits
 from marl.agents.prompts import turn_prompt, untrusted_ids
+from marl.agents.scored_choice import choices_of, choose_by_score
 from marl.protocols.tools import ToolBox, find_call
 
 CONTINUATION_SEED_STRIDE = 1_000_003
@@ -141,6 +147,7 @@ def generate_by_policy(
     *,
     policies: Sequence[str | None] | None = None,
     temperatures: Mapping[str, float] | None = None,
+    scored: Collection[str] = frozenset(),
 ) -> tuple[list[list[Reply]], int]:
     """Every request's ``n`` replies (in request order), and the number of generate calls made.
 
@@ -150,16 +157,38 @@ def generate_by_policy(
     Rows of one policy keep the requests' order; ``sampling.n`` is ignored (each request says
     its own ``n``, as repeated rows). Views of one base backend share each call (module
     docstring), so the count is per distinct generating backend (and temperature, where
-    ``temperatures`` gives a policy its own) and tool continuation.
+    ``temperatures`` gives a policy its own) and tool continuation. A policy in ``scored``
+    (``policies.<id>.choice: scored``) answers each request whose info lists ``choices`` with
+    one of them, drawn by its scores (:mod:`marl.agents.scored_choice`: one scoring pass per
+    such policy, counted as a call); its other requests are sampled as usual.
     """
     out: list[list[Reply]] = [[] for _ in requests]
     by_policy: dict[str, list[int]] = {}
+    by_score: dict[str, list[int]] = {}
     if policies is not None and len(policies) != len(requests):
         raise ValueError(f"policies ({len(policies)}) must match requests ({len(requests)})")
     for k, request in enumerate(requests):
         chosen = policies[k] if policies is not None else None
-        by_policy.setdefault(chosen or policy_of(request.agent), []).append(k)
+        policy = chosen or policy_of(request.agent)
+        picks = by_score if policy in scored and choices_of(request.info) else by_policy
+        picks.setdefault(policy, []).append(k)
     own = temperatures or {}
+    calls = 0
+    for policy in sorted(by_score):
+        asked = [requests[k] for k in by_score[policy]]
+        chosen_replies = choose_by_score(
+            backends[policy],
+            policy,
+            asked,
+            temperature=own.get(policy, sampling.temperature),
+            response_prefix=sampling.response_prefix,
+            seed=seed,
+        )
+        calls += 1
+        for k, options in zip(by_score[policy], chosen_replies):
+            out[k] = [
+                Reply(policy, c.prompt_ids, c.text, c.response_ids, c.logprobs) for c in options
+            ]
     # policies in sorted order; views of one base backend that sample at one temperature join
     # the call of the first of them
     targets: dict[tuple[int, float], tuple[PolicyBackend, list[str]]] = {}
@@ -167,7 +196,6 @@ def generate_by_policy(
         backend, _ = backend_target(backends[policy])
         temperature = own.get(policy, sampling.temperature)
         targets.setdefault((id(backend), temperature), (backend, []))[1].append(policy)
-    calls = 0
     for (_, temperature), (backend, group) in targets.items():
         one = replace(sampling, n=1, temperature=temperature)
         rows: list[_Row] = []
@@ -299,15 +327,17 @@ def reply_sampler(
     *,
     seed: int = 0,
     temperatures: Mapping[str, float] | None = None,
+    scored: Collection[str] = frozenset(),
 ) -> Callable[[Sequence[PromptRequest], int], list[list[str]]]:
     """``sample(requests, k)``: ``k`` reply texts to each request, as the rollout samples them
     (:func:`generate_by_policy`: ``sampling.response_prefix``, each policy's own
-    ``temperatures``), for the measures that sample a policy (listening, Kuhn's table)."""
+    ``temperatures``, the ``scored`` policies' scored choices), for the measures that sample a
+    policy (listening, Kuhn's table)."""
 
     def sample(requests: Sequence[PromptRequest], k: int) -> list[list[str]]:
         asked = [replace(r, n=k) for r in requests]
         replies, _ = generate_by_policy(
-            backends, policy_of, asked, sampling, seed, temperatures=temperatures
+            backends, policy_of, asked, sampling, seed, temperatures=temperatures, scored=scored
         )
         return [[reply.text for reply in row] for row in replies]
 

@@ -34,6 +34,9 @@ class ConfigError(ValueError):
     """An impossible or mistyped configuration; the message names the key."""
 
 
+CHOICES = ("sample", "scored")  # how a policy answers a finite-choice turn (PolicyConfig.choice)
+
+
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{key}: {value!r} is not one of {', '.join(choices)}")
@@ -105,6 +108,7 @@ def _check_policy(key: str, policy: PolicyConfig) -> None:
         _positive(f"{key}.entropy", policy.entropy, allow_zero=True)
     if policy.temperature is not None:
         _positive(f"{key}.temperature", policy.temperature, allow_zero=True)
+    _choice(f"{key}.choice", policy.choice, CHOICES)
     lora = policy.lora
     if lora is not None:
         _positive(f"{key}.lora.r", lora.r)
@@ -504,6 +508,13 @@ class PolicyConfig:
                ratio is taken under; null = ``sampling.temperature`` (0 = greedy, as there).
                A listener that keeps exploring its answers while the speaker stays fluent:
                ``policies.listener.temperature: 1.5``.
+    choice:    how it answers a turn whose reply is one action of a finite legal set and no
+               message (a signal listener's pick): ``sample`` (the default) writes a reply token
+               by token, as every turn; ``scored`` scores each legal answer's text after the
+               prompt and samples one of them by those scores, normalised over the set (a
+               listener that can never write a malformed answer and explores exactly its
+               candidates: GLAM, Carta et al. 2023). Other turns are sampled either way. Needs
+               ``backend: hf`` (the scores come from the model it holds).
     """
 
     model: ModelSpec | None = None
@@ -514,6 +525,7 @@ class PolicyConfig:
     beta: float | None = None
     entropy: float | None = None
     temperature: float | None = None
+    choice: str = "sample"
 
 
 @dataclass
@@ -665,6 +677,16 @@ class Config:
         for pid, policy in self.policies.items():
             _check_policy(f"policies.{pid}", policy)
         _check_policy("policy_defaults", self.policy_defaults)
+        if self.backend != "hf":
+            for key, policy in [("policy_defaults", self.policy_defaults)] + [
+                (f"policies.{pid}", p) for pid, p in self.policies.items()
+            ]:
+                if policy.choice == "scored":
+                    raise ConfigError(
+                        f"{key}.choice: scored answers are scored by the model the backend "
+                        f"holds; backend {self.backend!r} serves one it does not hold (use "
+                        "backend=hf, or choice: sample)"
+                    )
         if self.sampling.n != 1:
             raise ConfigError(
                 f"sampling.n: a run samples one reply per prompt (its GRPO group is "

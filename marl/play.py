@@ -56,6 +56,7 @@ def play_llm(cfg: DictConfig) -> str:
         config.sampling,
         seed=config.seed,
         temperatures=plan.temperatures,
+        scored=plan.scored,
     )
     return header + "\n" + render_transcript(env)
 

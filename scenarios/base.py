@@ -537,7 +537,23 @@ class TextScenarioEnv(ParallelEnv):
             }
             if self.spec.tools and not state.done:
                 infos[agent]["tools"] = self._tools(agent)
+            choices = self._choices(agent, infos[agent])
+            if choices:
+                infos[agent]["choices"] = choices
         return infos
+
+    def _choices(self, agent: str, info: Mapping[str, Any]) -> list[str]:
+        """The legal texts of a turn that is one action of a finite set and nothing else: the
+        agent must act, has nobody to talk to and no tools, and the rules list its legal
+        actions (:meth:`Rules.legal_actions`, canonical texts). A policy with ``choice:
+        scored`` answers such a turn with one of them (:mod:`marl.agents.generation`); ``[]``
+        for every other turn."""
+        if not info["needs_action"] or info["neighbours"] or "tools" in info:
+            return []
+        if self.rules_cls.info.free_text_action:
+            return []
+        legal = self.rules.legal_actions(agent)
+        return list(legal) if legal else []
 
     def _tools(self, agent: str) -> dict[str, dict[str, Any]]:
         """The agent's tools this round, as plain data: each tool's settings and ``data`` (the

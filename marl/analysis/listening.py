@@ -258,11 +258,12 @@ def _request(env: Any, agent: str, n: int = 1) -> Any:
 
 
 def _listener_turn(
-    env: Any, speaker: str, listener: str, speaker_reply: str
+    env: Any, speaker: str, listener: str, speaker_reply: str, spellings: bool = True
 ) -> tuple[Any, Any, dict[str, str]]:
     """Play a copy of ``env`` (reset) with the speaker's first reply replaced by
     ``speaker_reply`` until the listener must act: that copy, the listener's request and its
-    legal texts."""
+    legal texts (every spelling its parser reads; the canonical texts alone without
+    ``spellings``)."""
     from marl.protocols.markup import IDLE_REPLY
     from marl.scenarios.spellings import accepted_texts
 
@@ -271,7 +272,11 @@ def _listener_turn(
         if not env.agents:
             break
         if listener in env.agents and not env.is_idle(listener):
-            legal = accepted_texts(env.rules, listener)  # every spelling its parser reads
+            legal = (  # every spelling its parser reads, or the texts a scored choice picks from
+                accepted_texts(env.rules, listener)
+                if spellings
+                else env.rules.legal_actions(listener)
+            )
             if not legal:
                 raise RunError(
                     f"listening: {listener!r} in {env.spec.name!r} acts from open text (its "
@@ -307,6 +312,7 @@ def listening_per_scenario(
     swap_seed: int = 0,
     listener_replies: Sampler | None = None,
     replies: int = 32,
+    spellings: bool = True,
 ) -> ListeningResult:
     """Measure every metric of the module docstring on the scenarios of ``seeds``.
 
@@ -317,7 +323,10 @@ def listening_per_scenario(
     scenario, spread evenly over its possible labels (at least one each).
     ``swap_seed`` picks the donors of the swap. ``listener_replies``: the listener's sampler;
     when given, every distribution is read by the parser from ``replies`` sampled replies (the
-    module docstring) and ``score`` is not used.
+    module docstring) and ``score`` is not used. ``spellings=False``: the listener's
+    distributions are over its canonical legal texts only, the set a listener that chooses by
+    score (``policies.<id>.choice: scored``) draws from; give it a scorer built with
+    ``hf_scorer(..., scored=True)``.
     """
     if listener_replies is None and score is None:
         raise RunError("listening: give a scorer (exact) or the listener's sampler (parsed)")
@@ -364,7 +373,7 @@ def listening_per_scenario(
     def add(i: int, reply: str) -> None:
         if (i, reply) in rows:
             return
-        env, request, legal = _listener_turn(scenarios[i].env, speaker, listener, reply)
+        env, request, legal = _listener_turn(scenarios[i].env, speaker, listener, reply, spellings)
         rows[(i, reply)] = len(row_requests)
         row_envs.append(env)
         row_requests.append(request)
@@ -506,6 +515,7 @@ def hf_scorer(
     *,
     sampling: SamplingConfig | None = None,
     chunk: int = 512,
+    scored: bool = False,
 ) -> Scorer:
     """The listener's exact distributions from an HF backend (a view of a shared base scores
     with its adapter active; the model's train/eval mode is restored), at the run's
@@ -515,10 +525,12 @@ def hf_scorer(
     holding at most ``chunk`` reply texts (whole prompts: one with more is a group of its own),
     in one packed row
     (:func:`~marl.agents.action_scores.action_scores`: logits only where a reply token is
-    predicted), which bounds the memory of the pass."""
+    predicted), which bounds the memory of the pass. ``scored``: the listener chooses by score
+    (``policies.<id>.choice: scored``): its distribution is the normalised scores, as here, and
+    its off-set mass is 0 (it writes nothing but the listed texts)."""
     from marl.agents.action_scores import action_scores
     from marl.agents.backends import backend_target
-    from marl.agents.prompts import turn_prompt
+    from marl.agents.scored_choice import replies_after_head
     from marl.runtime.policies import adapter_active
 
     sampling = sampling or SamplingConfig()
@@ -530,18 +542,11 @@ def hf_scorer(
         model, tokenizer = base.model, base.tokenizer
         prompts, replies = [], []
         for request, options in zip(requests, texts):
-            turn = turn_prompt(
-                tokenizer,
-                request.system_prompt,
-                request.observation,
-                request.info,
-                response_prefix=sampling.response_prefix,
+            ids, _, after = replies_after_head(
+                tokenizer, request, options, response_prefix=sampling.response_prefix
             )
-            head = turn.head
-            if any(not t.startswith(head) for t in options):
-                raise RuntimeError(f"the response head {head!r} does not start {list(options)}")
-            prompts.append(turn.ids)
-            replies.append([t[len(head) :] for t in options])
+            prompts.append(ids)
+            replies.append(after)
         was_training = model.training
         model.eval()  # no dropout while scoring
         probs: list[list[float]] = []
@@ -561,7 +566,7 @@ def hf_scorer(
                         [float(scores.probs[i, j]) for j in range(len(options))]
                         for i, options in enumerate(part)
                     ]
-                    off += [float(x) for x in scores.off_set]
+                    off += [0.0 if scored else float(x) for x in scores.off_set]
         finally:
             model.train(was_training)
         return probs, off

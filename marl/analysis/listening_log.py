@@ -88,16 +88,25 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
         speaker, listener = list(env.possible_agents)[:2]
         seed = config.seed * 1_000_003 + updates_done
         parsed = e.listening_replies > 0
+        scored = plan.policy_of(listener) in plan.scored  # it chooses among its legal texts
         result = listening_per_scenario(
             lambda: make(scenario, **overrides),
             eval_seeds(config.seed, config.train.eval_episodes)[:episodes],
-            reply_sampler(backends, plan.policy_of, s, seed=seed, temperatures=plan.temperatures),
+            reply_sampler(
+                backends,
+                plan.policy_of,
+                s,
+                seed=seed,
+                temperatures=plan.temperatures,
+                scored=plan.scored,
+            ),
             # the listener scored at the temperature it samples at (its policy's own, if set)
             None
             if parsed
             else hf_scorer(
                 backends[plan.policy_of(listener)],
                 sampling=replace(s, temperature=plan.temperatures[plan.policy_of(listener)]),
+                scored=scored,
             ),
             counterfactuals=e.counterfactuals,
             speaker=speaker,
@@ -105,11 +114,17 @@ def listening_tracker(config: Any, plan: Any, runtime: Any) -> Callable[[int], d
             swap_seed=config.seed,
             # or read by the parser from its sampled replies, at the same temperature
             listener_replies=reply_sampler(
-                backends, plan.policy_of, s, seed=seed + 1, temperatures=plan.temperatures
+                backends,
+                plan.policy_of,
+                s,
+                seed=seed + 1,
+                temperatures=plan.temperatures,
+                scored=plan.scored,
             )
             if parsed
             else None,
             replies=e.listening_replies,
+            spellings=not scored,
         )
         return {
             **result.scalars(),

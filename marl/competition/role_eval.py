@@ -55,6 +55,7 @@ class Pair:
     speaker: Any
     listener: Any
     config: dict[str, Any]  # the run's saved config ({} for the base model)
+    listener_scored: bool = False  # its listener chooses by score (policies.<id>.choice)
 
 
 def load_pairs(
@@ -130,7 +131,8 @@ def load_pairs(
                 check_weight_shapes(model, policy["weights"], f"eval: the weights in {body}")
                 model.load_state_dict(policy["weights"], strict=False)
                 views.append(make_backend("hf", model=model, tokenizer=tokenizer))
-        pairs.append(Pair(name, views[0], views[1], saved))
+        scored = plan.policies[plan.policy_of(agents[1])].choice == "scored"
+        pairs.append(Pair(name, views[0], views[1], saved, scored))
     names = [p.name for p in pairs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -189,6 +191,7 @@ def role_crossplay(
             nobody,
             sampling,
             seed=seed * 1_000_003 + row,
+            scored={f"{p.name}/listener" for p in pairs if p.listener_scored},
         )
         for col, ll in enumerate(pairs):
             outcomes_of[(s.name, ll.name)] = [
@@ -282,7 +285,11 @@ def pair_listening(
                 sampling,
                 seed=seed,
             ),
-            None if parsed else hf_scorer(p.listener, sampling=listener_sampling or sampling),
+            None
+            if parsed
+            else hf_scorer(
+                p.listener, sampling=listener_sampling or sampling, scored=p.listener_scored
+            ),
             counterfactuals=counterfactuals,
             swap_seed=seed,
             listener_replies=reply_sampler(
@@ -290,10 +297,12 @@ def pair_listening(
                 lambda agent: "listener",
                 listener_sampling or sampling,
                 seed=seed + 1,
+                scored={"listener"} if p.listener_scored else frozenset(),
             )
             if parsed
             else None,
             replies=replies,
+            spellings=not p.listener_scored,
         )
         out[p.name] = {
             "summary": result.summary(),

@@ -49,6 +49,7 @@ class PolicySpec:
     agents: tuple[str, ...]
     entropy: float = 0.0
     temperature: float = 1.0  # the sampling temperature (``sampling.temperature`` unless set)
+    choice: str = "sample"  # ``scored``: finite-choice turns answered by scored legal texts
 
     @property
     def adapter(self) -> str | None:
@@ -89,6 +90,12 @@ class PolicyPlan:
         """Each policy's sampling temperature (``policies.<id>.temperature``, else
         ``sampling.temperature``): what generation takes as ``temperatures``."""
         return {pid: spec.temperature for pid, spec in self.policies.items()}
+
+    @property
+    def scored(self) -> frozenset[str]:
+        """Ids of the policies that answer finite-choice turns by scoring their legal texts
+        (``policies.<id>.choice: scored``): what generation takes as ``scored``."""
+        return frozenset(pid for pid, spec in self.policies.items() if spec.choice == "scored")
 
     def turns_of(self, turns: Sequence, policy_id: str) -> list:
         """The turn records ``policy_id`` learns from: the turns of its own agents, nothing else."""
@@ -265,6 +272,7 @@ def _spec(
         temperature=(
             policy.temperature if policy.temperature is not None else config.sampling.temperature
         ),
+        choice=policy.choice,
     )
 
 

@@ -14,7 +14,7 @@ policy per round exactly like the rollout, or a scripted bot (:func:`influence_g
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import Any
@@ -56,10 +56,12 @@ def backend_generate(
     seed: int = 0,
     *,
     temperatures: Mapping[str, float] | None = None,
+    scored: Collection[str] = frozenset(),
 ) -> Callable[[Sequence[GenerationRequest]], list[list[str]]]:
     """The re-simulator's batched ``generate``: one backend call per policy per round. With
     ``sampling.response_prefix`` replies start with their turn's head, and each policy samples
-    at its own temperature (``temperatures``), exactly as in the rollout. The k-th call is
+    at its own temperature (``temperatures``) and the ``scored`` policies choose by score,
+    exactly as in the rollout. The k-th call is
     seeded ``seed * 100_003 + k``."""
     calls = itertools.count()
 
@@ -74,6 +76,7 @@ def backend_generate(
             sampling,
             seed * 100_003 + next(calls),
             temperatures=temperatures,
+            scored=scored,
         )
         return [[reply.text for reply in options] for options in replies]
 

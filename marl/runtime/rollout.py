@@ -11,7 +11,7 @@ process that played them.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from marl.agents.backends import PolicyBackend, SamplingConfig
@@ -83,6 +83,7 @@ def run_episodes(
     seed: int = 0,
     *,
     temperatures: Mapping[str, float] | None = None,
+    scored: Collection[str] = frozenset(),
 ) -> RolloutResult:
     """Play every slot's episode to the end and return the turn records and episode records.
 
@@ -92,7 +93,8 @@ def run_episodes(
     (:mod:`marl.agents.heads`): the head's tokens end the prompt, and the environment gets
     ``head + generated text``.
     ``temperatures`` gives a policy its own sampling temperature (``policies.<id>.temperature``;
-    :func:`marl.agents.generation.generate_by_policy`).
+    :func:`marl.agents.generation.generate_by_policy`); ``scored`` names the policies that
+    answer finite-choice turns by scoring their legal texts (``policies.<id>.choice: scored``).
     A slot's ``policies`` and ``bots`` override ``policy_of`` for that episode. Every turn record
     gets ``extras["reward_to_go"]``: its agent's rewards from its round to the episode's end.
     """
@@ -144,6 +146,7 @@ def run_episodes(
             seed * 100_003 + round_index,
             policies=chosen,
             temperatures=temperatures,
+            scored=scored,
         )
         result.generate_calls += calls
         order = sorted(range(len(requests)), key=lambda k: chosen[k])

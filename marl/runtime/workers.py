@@ -154,6 +154,7 @@ class RolloutWorker:
             self.config.sampling,
             seed,
             temperatures=self.plan.temperatures,
+            scored=self.plan.scored,
         )
 
     def load_weights(self, payload: Any) -> int:
@@ -229,6 +230,7 @@ class RolloutWorker:
             self.config.sampling,
             seed=seed,
             temperatures=self.plan.temperatures,
+            scored=self.plan.scored,
         )
 
     def holds_model(self, policy_id: str) -> bool:
