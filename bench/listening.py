@@ -20,6 +20,9 @@ Conditions (each ``marl train`` on SmolLM2-135M with one LoRA adapter per agent,
              code as its list shows it ("colour 3, shape 1"), a form it can copy.
   code_v1_hot  ``code_v1`` with the listener sampling at temperature 1.5 (the speaker stays at
              the run's 0.8): a listener that keeps exploring its answers.
+  code_v1_scored  ``code_v1`` with a listener that chooses among its legal answers by their
+             scores (``policies.listener.choice: scored``) and an entropy bonus of 0.1;
+             ``code_v1_scored_cut`` is its cut control.
 
 For each run, the held-out success (64 scenarios, ``eval/success`` before the first update and
 after the last) is read from its TensorBoard events, and its checkpoints are measured exactly
@@ -82,6 +85,13 @@ from marl.competition.role_eval import json_safe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CUT = "+scenario.overrides={graph: {cut: [[speaker, listener]]}}"
+SCORED = [
+    "--config-name",
+    "code",
+    "scenario=signal_code",
+    "+policies.listener.choice=scored",
+    "+policies.listener.entropy=0.1",
+]
 CONDITIONS: dict[str, tuple[list[str], int]] = {
     "warmup_rl": (["--config-name", "demo"], 20),
     "rl": (["--config-name", "demo", "warmup.steps=0"], 20),
@@ -108,9 +118,21 @@ CONDITIONS: dict[str, tuple[list[str], int]] = {
         ["--config-name", "code", "scenario=signal_code", "+policies.listener.temperature=1.5"],
         40,
     ),
+    # the listener chooses among its legal answers by their scores, with an entropy bonus it
+    # cannot follow into rejected prose (pre-registered 2026-12-07), and its cut control
+    "code_v1_scored": (SCORED, 40),
+    "code_v1_scored_cut": ([*SCORED, CUT], 40),
 }
 # the conditions on a learned code: measured half-way too
-CODED = ("code", "curriculum", "curriculum_entropy", "code_v1", "code_v1_hot")
+CODED = (
+    "code",
+    "curriculum",
+    "curriculum_entropy",
+    "code_v1",
+    "code_v1_hot",
+    "code_v1_scored",
+    "code_v1_scored_cut",
+)
 # the exact listening measures tabulated (all of LISTENING_METRICS but swap_success)
 METRICS = tuple(m for m in LISTENING_METRICS if m != "swap_success")
 
@@ -176,6 +198,8 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
             continue
         spec = f"s{seed}=model:smollm2" if base else f"s{seed}={checkpoint}"
         pairs = load_pairs([spec])
+        # the base model in the seat of a listener that chooses by score is measured choosing
+        pairs[0].listener_scored = plan.policies[plan.policy_of(listener)].choice == "scored"
         result = pair_listening(
             pairs,
             scenario,

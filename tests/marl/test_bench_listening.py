@@ -122,3 +122,33 @@ def test_a_cached_cross_play_is_reused_only_for_its_own_condition(tmp_path: Path
     write_tables(tmp_path, legacy, {})  # written before cells named their condition
     assert len(listening._cached_cells(path, names, 24, "warmup_rl")) == 9
     assert listening._cached_cells(path, names, 24, "rl") == []
+
+
+def test_the_scored_conditions_compose_a_choosing_listener_and_its_cut_control() -> None:
+    """code_v1_scored (registered in docs/communication.md) is code_v1 with a listener that
+    chooses by score and an entropy bonus of 0.1, and nothing else; its cut control cuts the
+    speaker -> listener edge and changes nothing else."""
+    from hydra import compose, initialize_config_module
+
+    from marl.cli import register_scenario_options
+    from marl.config import load_config
+    from marl.runtime.policy_map import plan_for
+
+    def load(condition: str):  # noqa: ANN202
+        overrides, _ = listening.CONDITIONS[condition]
+        register_scenario_options()
+        with initialize_config_module(config_module="marl.configs", version_base=None):
+            return load_config(compose(config_name=overrides[1], overrides=overrides[2:]))
+
+    base, scored, cut = load("code_v1"), load("code_v1_scored"), load("code_v1_scored_cut")
+    plan = plan_for(scored)
+    assert plan.scored == {"listener"}
+    assert plan.policies["listener"].entropy == 0.1 and plan.policies["speaker"].entropy == 0.0
+    assert plan_for(base).scored == frozenset()
+    assert scored.scenario.name == base.scenario.name and scored.train == base.train
+    assert scored.algo == base.algo and scored.sampling == base.sampling
+    assert cut.scenario.overrides == {
+        **scored.scenario.overrides,
+        "graph": {"cut": [["speaker", "listener"]]},
+    }
+    assert plan_for(cut).scored == {"listener"} and cut.train == scored.train
