@@ -260,8 +260,15 @@ class RolloutWorker:
             )
         assert self.plan is not None  # set with the policies
         base, adapter = backend_target(self.policies.backends[policy_id])
-        temperature = self.plan.policies[policy_id].temperature
-        return score_model(base.model, base.tokenizer, adapter, self.config, temperature)
+        spec = self.plan.policies[policy_id]
+        return score_model(
+            base.model,
+            base.tokenizer,
+            adapter,
+            self.config,
+            spec.temperature,
+            scored=spec.choice == "scored",
+        )
 
     def info(self) -> dict[str, Any]:
         """Where this worker runs."""
