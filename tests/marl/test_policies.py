@@ -6,7 +6,7 @@ mix in one run that resumes exactly."""
 from __future__ import annotations
 
 import math
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -203,8 +203,23 @@ def test_explicit_requests_stay_and_null_ones_share_what_is_left() -> None:
         assign_gpus(plan, 0.5)
 
 
+@pytest.fixture
+def ray_never_starts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fails the test if it starts Ray: ``ray.init`` raises for its duration. This holds
+    whatever ran before it in the process (a test worker may hold a shared Ray session)."""
+    import ray
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ray.init was called")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    was_up = ray.is_initialized()
+    yield
+    assert ray.is_initialized() == was_up
+
+
 def test_impossible_device_requests_fail_before_anything_starts(
-    tmp_path: Path, no_gpu: None
+    tmp_path: Path, no_gpu: None, ray_never_starts: None
 ) -> None:
     # in one process: against torch.cuda (the no_gpu fixture hides any GPU this machine has)
     with pytest.raises(ConfigError, match="policies.shared.num_gpus"):
@@ -220,19 +235,15 @@ def test_impossible_device_requests_fail_before_anything_starts(
             run_dir=tmp_path,
         )
     assert not any(tmp_path.iterdir()), "nothing is written before the checks pass"
-    ray = sys.modules.get("ray")
-    assert ray is None or not ray.is_initialized()
 
 
-def test_marl_play_never_starts_ray(capsys: pytest.CaptureFixture) -> None:
+def test_marl_play_never_starts_ray(capsys: pytest.CaptureFixture, ray_never_starts: None) -> None:
     from omegaconf import OmegaConf
 
     from marl.play import play
 
     play(OmegaConf.create(config(agents="llm", ray={"enabled": True})))
     assert capsys.readouterr().out.strip()  # the episode was played and printed
-    ray = sys.modules.get("ray")
-    assert ray is None or not ray.is_initialized()
 
 
 @pytest.mark.slow
