@@ -339,7 +339,9 @@ def _reading(args: argparse.Namespace) -> str:
             "replies in a scenario (Miller 1955)."
         )
     return (
-        "Each listener distribution is scored exactly over the accepted spellings. An off-set "
+        "Each listener distribution is scored exactly over the accepted spellings (over its "
+        "canonical answers, the set it draws from, for a listener that chooses by score: "
+        "`code_v1_scored*`, whose off-set is 0). An off-set "
         f"above {OFF_SET_LIMIT} (the listener mostly writes none of the scored texts) is flagged "
         "`!`: its normalised measures then describe replies it rarely writes."
     )
