@@ -53,11 +53,16 @@ def test_a_finite_choice_turn_lists_its_legal_texts() -> None:
     assert any(c.startswith("colour") for c in choices)
 
 
-def test_draws_follow_the_normalised_scores(backend) -> None:  # noqa: ANN001
-    request = listener_request(2, n=2000)
+def choose(backend, request: PromptRequest, temperature: float, seed: int) -> list:  # noqa: ANN001
+    """The request's scored replies, drawn by :func:`choose_by_score`."""
     (replies,) = choose_by_score(
-        backend, "listener", [request], temperature=1.0, response_prefix=True, seed=7
+        backend, "listener", [request], temperature=temperature, response_prefix=True, seed=seed
     )
+    return replies
+
+
+def scored_by_hand(backend, request: PromptRequest) -> tuple[list[str], list[float]]:  # noqa: ANN001
+    """Each legal reply (head included) and its normalised score, by action_scores itself."""
     ids, head, after = replies_after_head(
         backend.tokenizer,
         request,
@@ -66,24 +71,23 @@ def test_draws_follow_the_normalised_scores(backend) -> None:  # noqa: ANN001
     )
     assert head == "ACTION:"
     scores = action_scores(backend.model, backend.tokenizer, [ids], [after])
-    probs = scores.probs[0].tolist()
-    texts = [head + a for a in after]
+    return [head + a for a in after], scores.probs[0].tolist()
+
+
+def test_draws_follow_the_normalised_scores(backend) -> None:  # noqa: ANN001
+    request = listener_request(2, n=2000)
+    replies = choose(backend, request, 1.0, seed=7)
+    texts, probs = scored_by_hand(backend, request)
     counts = [sum(r.text == t for r in replies) for t in texts]
     assert sum(counts) == len(replies) == 2000  # every reply is one of the legal texts
     for count, p in zip(counts, probs):  # each within 5 binomial standard deviations
         assert abs(count / 2000 - p) <= 5 * math.sqrt(p * (1 - p) / 2000) + 1e-9
-    again = choose_by_score(
-        backend, "listener", [request], temperature=1.0, response_prefix=True, seed=7
-    )
-    assert [r.text for r in again[0]] == [r.text for r in replies]  # seeded
+    again = choose(backend, request, 1.0, seed=7)
+    assert [r.text for r in again] == [r.text for r in replies]  # seeded
 
 
 def test_the_learner_recomputes_the_recorded_logprobs(backend) -> None:  # noqa: ANN001
-    request = listener_request(3, n=4)
-    (replies,) = choose_by_score(
-        backend, "listener", [request], temperature=0.7, response_prefix=True, seed=1
-    )
-    for reply in replies:
+    for reply in choose(backend, listener_request(3, n=4), 0.7, seed=1):
         assert reply.response_ids[-1] == backend.tokenizer.eos_token_id  # the end is scored
         with torch.no_grad():
             logp, mask = sequence_logprobs(
@@ -95,17 +99,9 @@ def test_the_learner_recomputes_the_recorded_logprobs(backend) -> None:  # noqa:
 
 def test_greedy_takes_the_best_scored_text(backend) -> None:  # noqa: ANN001
     request = listener_request(4, n=3)
-    (replies,) = choose_by_score(
-        backend, "listener", [request], temperature=0.0, response_prefix=True, seed=0
-    )
-    ids, head, after = replies_after_head(
-        backend.tokenizer,
-        request,
-        [f"ACTION: {c}" for c in choices_of(request.info)],
-        response_prefix=True,
-    )
-    best = int(action_scores(backend.model, backend.tokenizer, [ids], [after]).probs[0].argmax())
-    assert {r.text for r in replies} == {head + after[best]}
+    texts, probs = scored_by_hand(backend, request)
+    best = max(range(len(texts)), key=probs.__getitem__)
+    assert {r.text for r in choose(backend, request, 0.0, seed=0)} == {texts[best]}
 
 
 def test_only_the_scored_policys_choice_turns_are_scored(backend) -> None:  # noqa: ANN001
