@@ -174,7 +174,7 @@ def generate_by_policy(
         picks.setdefault(policy, []).append(k)
     own = temperatures or {}
     calls = 0
-    for policy in sorted(by_score):
+    for index, policy in enumerate(sorted(by_score)):  # each policy draws from its own stream
         asked = [requests[k] for k in by_score[policy]]
         chosen_replies = choose_by_score(
             backends[policy],
@@ -182,7 +182,7 @@ def generate_by_policy(
             asked,
             temperature=own.get(policy, sampling.temperature),
             response_prefix=sampling.response_prefix,
-            seed=seed,
+            seed=seed + CONTINUATION_SEED_STRIDE * (index + 1) + 17,  # no continuation's seed
         )
         calls += 1
         for k, options in zip(by_score[policy], chosen_replies):
