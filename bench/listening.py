@@ -199,7 +199,7 @@ def measure(args: argparse.Namespace, condition: str, seed: int) -> dict[str, An
         spec = f"s{seed}=model:smollm2" if base else f"s{seed}={checkpoint}"
         pairs = load_pairs([spec])
         # the base model in the seat of a listener that chooses by score is measured choosing
-        pairs[0].listener_scored = plan.policies[plan.policy_of(listener)].choice == "scored"
+        pairs[0].listener_scored = plan.policies[plan.policy_of(listener)].scored
         result = pair_listening(
             pairs,
             scenario,

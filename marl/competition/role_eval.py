@@ -131,8 +131,8 @@ def load_pairs(
                 check_weight_shapes(model, policy["weights"], f"eval: the weights in {body}")
                 model.load_state_dict(policy["weights"], strict=False)
                 views.append(make_backend("hf", model=model, tokenizer=tokenizer))
-        scored = plan.policies[plan.policy_of(agents[1])].choice == "scored"
-        pairs.append(Pair(name, views[0], views[1], saved, scored))
+        listener_spec = plan.policies[plan.policy_of(agents[1])]
+        pairs.append(Pair(name, views[0], views[1], saved, listener_spec.scored))
     names = [p.name for p in pairs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

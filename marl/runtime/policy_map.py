@@ -58,6 +58,12 @@ class PolicySpec:
         return f"{self.id}_adapter" if self.lora is not None else None
 
     @property
+    def scored(self) -> bool:
+        """Whether it answers finite-choice turns by scoring their legal texts
+        (``policies.<id>.choice: scored``)."""
+        return self.choice == "scored"
+
+    @property
     def base_key(self) -> tuple:
         """Policies with equal keys run on the same base model (LoRA policies share its copy)."""
         return tuple(sorted(vars(self.model).items()))
@@ -95,7 +101,7 @@ class PolicyPlan:
     def scored(self) -> frozenset[str]:
         """Ids of the policies that answer finite-choice turns by scoring their legal texts
         (``policies.<id>.choice: scored``): what generation takes as ``scored``."""
-        return frozenset(pid for pid, spec in self.policies.items() if spec.choice == "scored")
+        return frozenset(pid for pid, spec in self.policies.items() if spec.scored)
 
     def turns_of(self, turns: Sequence, policy_id: str) -> list:
         """The turn records ``policy_id`` learns from: the turns of its own agents, nothing else."""

@@ -267,7 +267,7 @@ class RolloutWorker:
             adapter,
             self.config,
             spec.temperature,
-            scored=spec.choice == "scored",
+            scored=spec.scored,
         )
 
     def info(self) -> dict[str, Any]:
